@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what share-manager needs to build, run and test on Debian 12.
+# Idempotent: installs only what is missing. Run as root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libmount-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev
+  nfs-ganesha nfs-ganesha-vfs
+  libnfs-dev libnfs-utils
+  # s6 and supervisor: peers in the side-by-side benchmark (bench/)
+  s6 supervisor
+  procps iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # Installing nfs-ganesha or supervisor must not start their services here.
+  apt-get install -y -qq "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

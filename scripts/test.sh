@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: first the normal build (unit tests, then
+# integration tests with real ganesha and a real NFS client), then the same
+# suite under AddressSanitizer + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+echo "== build"
+bash scripts/build.sh
+echo "== unit tests"
+ctest --test-dir build -L unit -j2 --output-on-failure
+echo "== integration tests"
+ctest --test-dir build -L integration -j2 --output-on-failure
+
+echo "== AddressSanitizer + UBSan build"
+BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON
+echo "== all tests under ASan + UBSan"
+# detect_leaks stays on: a leak fails the test.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j2 --output-on-failure

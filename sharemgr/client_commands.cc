@@ -1,0 +1,267 @@
+#include "sharemgr/client_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <ctime>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "sharemanager/v1/sharemanager.grpc.pb.h"
+#include "sharemgr/exit_codes.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "supervisor/clock.h"
+
+namespace sharemgr {
+namespace {
+
+namespace v1 = sharemanager::v1;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+struct Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::chrono::system_clock::time_point deadline;
+};
+
+std::string TargetOf(const std::string& addr) {
+  // A bare path means a unix socket.
+  return addr.starts_with("/") ? "unix:" + addr : addr;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, supervisor::Duration timeout) {
+  grpc::ChannelArguments args;
+  // Fail fast against a dead peer instead of backing off for seconds.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt("grpc.client_idle_timeout_ms", static_cast<int>(timeout.count()) + 60'000);
+  return grpc::CreateCustomChannel(TargetOf(addr), grpc::InsecureChannelCredentials(), args);
+}
+
+// Exit code for a failed call: no connection at all vs. a call that failed.
+int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::string& what) {
+  const bool connected = channel.GetState(false) == GRPC_CHANNEL_READY;
+  std::cerr << "share-manager: " << what << ": "
+            << (connected ? "" : "cannot connect: ") << status.error_message() << " ("
+            << static_cast<int>(status.error_code()) << ")\n";
+  return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
+                                                                           : kClientUnreachable;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+std::string FormatUnixMs(int64_t ms) {
+  if (ms <= 0) return "-";
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return absl::StrCat(buf, ".", absl::Dec(ms % 1000, absl::kZeroPad3), "Z");
+}
+
+std::string Describe(const v1::ShareStatus& s) {
+  auto ms = [](uint64_t v) { return supervisor::FormatDuration(supervisor::Duration(v)); };
+  std::string out = absl::StrCat(
+      "volume:          ", s.volume(), "\n",  //
+      "state:           ", v1::ShareState_Name(s.state()), " (", s.reason(), ")\n",
+      "since:           ", FormatUnixMs(s.last_transition_unix_ms()), "\n",
+      "export:          ", s.export_path(), " as ", s.pseudo_path(),
+      s.exported() ? "" : " (withdrawn)", "\n",  //
+      "nfs:             ", s.nfs_address(), ":", s.nfs_port(), "\n",
+      "ganesha pid:     ", s.ganesha_pid() != 0 ? absl::StrCat(s.ganesha_pid()) : "-",
+      s.ganesha_pid() != 0 ? absl::StrCat(" (up ", ms(s.ganesha_uptime_ms()), ")") : "", "\n",
+      "restarts:        ", s.restart_count(), "\n");
+  if (s.last_exit().present()) {
+    absl::StrAppend(&out, "last exit:       ", s.last_exit().description(), " at ",
+                    FormatUnixMs(s.last_exit().unix_ms()), "\n");
+  }
+  absl::StrAppend(&out, "remount gen:     ", s.remount_generation(), "\n",
+                  "epoch:           ", s.epoch(), "\n", "uptime:          ", ms(s.uptime_ms()),
+                  "\n");
+  return out;
+}
+
+std::string OneLine(const v1::ShareStatus& s) {
+  return absl::StrCat(FormatUnixMs(s.last_transition_unix_ms()), " ",
+                      v1::ShareState_Name(s.state()), " pid=", s.ganesha_pid(),
+                      " restarts=", s.restart_count(), " generation=", s.remount_generation(),
+                      " exported=", s.exported() ? "yes" : "no", ": ", s.reason());
+}
+
+class Client {
+ public:
+  explicit Client(const ClientFlags& flags) : flags_(flags) {}
+
+  // Returns an exit code, or -1 when the flags are fine.
+  int Init() {
+    auto timeout = supervisor::ParseDuration(flags_.timeout);
+    if (!timeout.ok() || timeout->count() == 0) {
+      std::cerr << "share-manager: --timeout: "
+                << (timeout.ok() ? "must be positive" : timeout.status().message()) << "\n";
+      return kClientBadArgs;
+    }
+    timeout_ = *timeout;
+    channel_ = MakeChannel(flags_.addr, timeout_);
+    return -1;
+  }
+
+  void Prepare(grpc::ClientContext& context) const {
+    context.set_deadline(std::chrono::system_clock::now() + timeout_);
+    context.set_wait_for_ready(false);
+  }
+
+  int Status() {
+    auto stub = v1::ShareManager::NewStub(channel_);
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::ShareStatus status;
+    const auto rpc = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "GetStatus");
+    std::cout << (flags_.json ? ToJson(status) + "\n" : Describe(status));
+    return kClientOk;
+  }
+
+  int Watch() {
+    auto stub = v1::ShareManager::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_wait_for_ready(false);
+    // The first message must arrive within --timeout; after that the stream
+    // runs until the server ends it or the user interrupts.
+    std::atomic<bool> first{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread guard([&] {
+      std::unique_lock lock(mu);
+      if (!cv.wait_for(lock, timeout_, [&] { return done || first.load(); })) context.TryCancel();
+    });
+    auto reader = stub->WatchStatus(&context, v1::WatchStatusRequest());
+    v1::ShareStatus status;
+    while (reader->Read(&status)) {
+      if (!first.exchange(true)) cv.notify_all();
+      std::cout << (flags_.json ? ToJson(status) : OneLine(status)) << std::endl;
+    }
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    guard.join();
+    const auto rpc = reader->Finish();
+    if (!first) {
+      return FailureCode(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
+                                  : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                                 "no status within --timeout"),
+                         *channel_, "WatchStatus");
+    }
+    if (!rpc.ok() && rpc.error_code() != grpc::StatusCode::CANCELLED) {
+      return FailureCode(rpc, *channel_, "WatchStatus");
+    }
+    std::cerr << "share-manager: the status stream ended (server stopping)\n";
+    return kClientOk;
+  }
+
+  int Mount() {
+    auto stub = v1::ShareManager::NewStub(channel_);
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::MountRequest request;
+    request.set_epoch(flags_.epoch);
+    request.set_generation(flags_.generation);
+    v1::MountResponse response;
+    const auto rpc = stub->Mount(&context, request, &response);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Mount");
+    std::cout << (flags_.json ? ToJson(response)
+                              : absl::StrCat("mounted; handled remount generation ",
+                                             response.handled_generation()))
+              << "\n";
+    return kClientOk;
+  }
+
+  int Unmount() {
+    auto stub = v1::ShareManager::NewStub(channel_);
+    grpc::ClientContext context;
+    Prepare(context);
+    v1::UnmountRequest request;
+    request.set_epoch(flags_.epoch);
+    v1::UnmountResponse response;
+    const auto rpc = stub->Unmount(&context, request, &response);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Unmount");
+    std::cout << (flags_.json ? ToJson(response) : std::string("unmounted; ganesha keeps running"))
+              << "\n";
+    return kClientOk;
+  }
+
+  int Probe() {
+    auto stub = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext context;
+    Prepare(context);
+    HealthCheckRequest request;
+    request.set_service(flags_.service);
+    HealthCheckResponse response;
+    const auto rpc = stub->Check(&context, request, &response);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "health check");
+    const auto name = HealthCheckResponse::ServingStatus_Name(response.status());
+    std::cout << "status: " << name << "\n";
+    return response.status() == HealthCheckResponse::SERVING ? kClientOk : kClientNotServing;
+  }
+
+ private:
+  const ClientFlags& flags_;
+  supervisor::Duration timeout_{0};
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
+  auto add = [&](const char* name, const char* help, auto method) {
+    CLI::App* cmd = app.add_subcommand(name, help);
+    cmd->add_option("--addr", flags.addr, "share-manager gRPC address HOST:PORT or unix socket path")
+        ->capture_default_str();
+    cmd->add_option("--timeout", flags.timeout, "Deadline for the call (connect included)")
+        ->capture_default_str();
+    cmd->callback([&flags, exit_code, method] {
+      Client client(flags);
+      *exit_code = client.Init();
+      if (*exit_code < 0) *exit_code = (client.*method)();
+    });
+    return cmd;
+  };
+  add("status", "Print the share's status", &Client::Status)
+      ->add_flag("--json", flags.json, "Print JSON");
+  add("watch", "Print the status now and at every change, until the server stops",
+      &Client::Watch)
+      ->add_flag("--json", flags.json, "Print JSON, one object per line");
+  auto* mount = add("mount", "(Re)export the share", &Client::Mount);
+  mount->add_option("--epoch", flags.epoch, "Fencing epoch (0: unchecked)");
+  mount->add_option("--generation", flags.generation,
+                    "Remount generation to handle (0: one more); an old one is a no-op");
+  mount->add_flag("--json", flags.json, "Print JSON");
+  auto* unmount = add("unmount", "Withdraw the export (ganesha keeps running)", &Client::Unmount);
+  unmount->add_option("--epoch", flags.epoch, "Fencing epoch (0: unchecked)");
+  unmount->add_flag("--json", flags.json, "Print JSON");
+  add("probe",
+      "grpc.health.v1 check; exit 0 iff SERVING (1 bad args, 2 unreachable, 3 RPC failed, "
+      "4 not SERVING)",
+      &Client::Probe)
+      ->add_option("--service", flags.service,
+                   "Health service: \"\" or readiness (ready to serve NFS), liveness");
+}
+
+}  // namespace sharemgr

@@ -1,0 +1,208 @@
+#include "sharemgr/daemon.h"
+
+#include <signal.h>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+#include <optional>
+#include <thread>
+
+#include "sharemgr/exit_codes.h"
+#include "sharemgr/health_publisher.h"
+#include "sharemgr/share.h"
+#include "sharemgr/share_service.h"
+#include "sharemgr/status_board.h"
+#include "supervisor/nfs_null_probe.h"
+
+namespace sharemgr {
+namespace {
+
+namespace v1 = sharemanager::v1;
+using supervisor::State;
+
+// The loop wakes every 200 ms; this much silence means it is stuck.
+constexpr supervisor::Duration kLoopStallLimit{3000};
+// In-flight RPCs get this long to finish once stopping starts.
+constexpr auto kRpcDrainTime = std::chrono::seconds(1);
+
+v1::ShareState ToProto(State state) {
+  switch (state) {
+    case State::kStarting:
+      return v1::STARTING;
+    case State::kServing:
+      return v1::SERVING;
+    case State::kDegraded:
+      return v1::DEGRADED;
+    case State::kFailed:
+      return v1::FAILED;
+    case State::kStopping:
+      return v1::STOPPING;
+  }
+  return v1::SHARE_STATE_UNSPECIFIED;
+}
+
+int64_t UnixMs(std::chrono::system_clock::time_point t) {
+  if (t.time_since_epoch().count() == 0) return 0;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+void FillSupervisorStatus(const supervisor::SupervisorStatus& s, v1::ShareStatus& out) {
+  out.set_state(ToProto(s.state));
+  out.set_reason(s.reason);
+  out.set_last_transition_unix_ms(UnixMs(s.last_transition));
+  out.set_ganesha_pid(s.pid);
+  out.set_ganesha_started_unix_ms(s.pid != 0 ? UnixMs(s.child_started) : 0);
+  out.set_restart_count(s.restarts);
+  if (s.last_exit) {
+    auto* exit = out.mutable_last_exit();
+    exit->set_present(true);
+    exit->set_code(s.last_exit->code);
+    exit->set_signal(s.last_exit->signal);
+    exit->set_unix_ms(UnixMs(s.last_exit_at));
+    exit->set_description(s.last_exit_description);
+  }
+}
+
+// Stops the gRPC server off the loop thread: Shutdown blocks while RPCs drain.
+class ServerStopper {
+ public:
+  explicit ServerStopper(grpc::Server& server, StatusBoard& board)
+      : server_(server), board_(board) {}
+  ~ServerStopper() { Join(); }
+  void Begin() {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this] {
+      board_.Close();
+      server_.GetHealthCheckService()->Shutdown();
+      server_.Shutdown(std::chrono::system_clock::now() + kRpcDrainTime);
+    });
+  }
+  void Join() {
+    Begin();
+    thread_.join();
+  }
+
+ private:
+  grpc::Server& server_;
+  StatusBoard& board_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int RunDaemon(const DaemonConfig& config) {
+  supervisor::BlockSupervisedSignals();
+  supervisor::BecomeSubreaper();
+  signal(SIGPIPE, SIG_IGN);
+
+  const auto& export_dir = config.ganesha.input().export_dir;
+  for (const auto& [dir, mode] : {std::pair{config.state_dir, 0700u},
+                                  std::pair{config.ganesha.input().recovery_root, 0700u},
+                                  std::pair{export_dir, 0755u}}) {
+    if (auto status = EnsureDirectory(dir, mode); !status.ok()) {
+      spdlog::error("{}", status.message());
+      return kExitStartup;
+    }
+  }
+
+  supervisor::EventLoop loop;
+  supervisor::SteadyTimeSource clock;
+  std::optional<supervisor::Supervisor> sup;
+  Share share(config.ganesha, config.config_path, [&sup] {
+    sup->SignalChild(SIGHUP);
+    sup->Reevaluate();
+  });
+  if (auto status = share.WriteConfig(); !status.ok()) {
+    spdlog::error("{}", status.message());
+    return kExitStartup;
+  }
+
+  StatusBoard board;
+  board.Update([&](v1::ShareStatus& s) {
+    s.set_state(v1::STARTING);
+    s.set_epoch(config.epoch);
+    s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
+    share.Fill(s);
+  });
+
+  ShareService service(board,
+                       ShareCommands{
+                           .post = [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
+                           .mount =
+                               [&](uint64_t generation) {
+                                 auto handled = share.Mount(generation);
+                                 board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                                 return handled;
+                               },
+                           .unmount =
+                               [&] {
+                                 auto status = share.Unmount();
+                                 board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                                 return status;
+                               },
+                       },
+                       config.epoch);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // Without this a second share-manager could bind the same port and split traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Let controllers keep watch streams alive with pings every 10 s or more.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  int port = 0;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
+  if (!config.socket.empty()) {
+    unlink(config.socket.c_str());  // a stale socket from a previous run
+    builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot serve gRPC on {}{}{} (address in use or not local?)", config.listen,
+                  config.socket.empty() ? "" : " and unix:", config.socket);
+    return kExitStartup;
+  }
+  spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config.listen,
+               config.socket.empty() ? "" : " and unix:", config.socket,
+               config.ganesha.input().volume, config.epoch);
+
+  HealthPublisher health(
+      *server->GetHealthCheckService(), [&loop] { return loop.last_tick(); }, kLoopStallLimit);
+  ServerStopper stopper(*server, board);
+
+  const std::string probe_host = config.probe_host;
+  const auto nfs_port = static_cast<uint16_t>(config.ganesha.input().nfs_port);
+  sup.emplace(
+      loop, config.supervisor,
+      [probe_host, nfs_port](supervisor::Duration timeout) {
+        return supervisor::ProbeNfsNull(probe_host, nfs_port, timeout);
+      },
+      [&share] { return share.CheckReady(); }, clock);
+  sup->AddStatusObserver([&](const supervisor::SupervisorStatus& status) {
+    board.Update([&](v1::ShareStatus& s) {
+      FillSupervisorStatus(status, s);
+      share.Fill(s);
+    });
+    health.OnState(status.state);
+    if (status.state == State::kStopping) stopper.Begin();
+  });
+  sup->Start();
+  loop.Run();
+
+  stopper.Join();
+  const auto outcome = sup->outcome();
+  sup.reset();
+  if (!config.socket.empty()) unlink(config.socket.c_str());
+  if (outcome == supervisor::Outcome::kFailed) {
+    spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board.Snapshot().reason());
+    return kExitGaneshaFailed;
+  }
+  spdlog::info("stopped");
+  return kExitStopped;
+}
+
+}  // namespace sharemgr

@@ -1,0 +1,159 @@
+#include "sharemgr/daemon_config.h"
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sharemgr/validate.h"
+
+namespace sharemgr {
+namespace {
+
+using supervisor::Duration;
+
+absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string& text,
+                                      Duration min) {
+  auto d = supervisor::ParseDuration(text);
+  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", d.status().message()));
+  if (*d < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be at least ", supervisor::FormatDuration(min)));
+  }
+  return d;
+}
+
+// HOST:PORT, [V6]:PORT or :PORT (all interfaces).
+absl::Status ValidateListen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  int64_t port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
+  }
+  if (auto s = ValidatePort("--listen", port); !s.ok()) return s;
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "localhost") return absl::OkStatus();
+  return ValidateIpAddress("--listen", host);
+}
+
+std::string ProbeHost(const std::string& bind) {
+  if (bind == "0.0.0.0") return "127.0.0.1";
+  if (bind == "::") return "::1";
+  return bind;
+}
+
+}  // namespace
+
+void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
+  // A flag given twice takes the last value, so wrappers can override defaults.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--volume", f.volume, "Volume name (a Kubernetes DNS-1123 label)")->required();
+  app.add_option("--export-dir", f.export_dir,
+                 "Directory to export; created when missing (default /export/<volume>)");
+  app.add_option("--nfs-address", f.nfs_address, "Address ganesha binds NFS to")
+      ->capture_default_str();
+  app.add_option("--nfs-port", f.nfs_port, "NFS port")->capture_default_str();
+  app.add_option("--listen", f.listen, "gRPC listen address HOST:PORT")->capture_default_str();
+  app.add_option("--socket", f.socket, "Also serve gRPC on this unix socket path");
+  app.add_option("--state-dir", f.state_dir,
+                 "ganesha.conf, log, pid file and NFS recovery state "
+                 "(default /var/lib/share-manager/<volume>; keep it across restarts)");
+  app.add_option("--grace-period", f.grace_period, "NFSv4 grace period, seconds (>= lease)")
+      ->capture_default_str();
+  app.add_option("--lease-lifetime", f.lease_lifetime, "NFSv4 lease lifetime, seconds")
+      ->capture_default_str();
+  app.add_option("--probe-interval", f.probe_interval,
+                 "NFS NULL probe period; also each probe's timeout")
+      ->capture_default_str();
+  app.add_option("--probe-failures", f.probe_failures,
+                 "Missed probes in a row that mean ganesha is hung (then SIGKILL + restart)")
+      ->capture_default_str();
+  app.add_option("--start-timeout", f.start_timeout,
+                 "How long a new ganesha may take to answer its first probe")
+      ->capture_default_str();
+  app.add_option("--stop-timeout", f.stop_timeout, "SIGTERM to SIGKILL delay when stopping")
+      ->capture_default_str();
+  app.add_option("--failed-linger", f.failed_linger,
+                 "How long the FAILED status stays readable before exiting with code 3")
+      ->capture_default_str();
+  app.add_option("--max-deaths", f.max_deaths,
+                 "ganesha deaths tolerated within --death-window; one more is FAILED")
+      ->capture_default_str();
+  app.add_option("--death-window", f.death_window, "Window for --max-deaths")
+      ->capture_default_str();
+  app.add_option("--epoch", f.epoch,
+                 "Fencing epoch; mutating calls with another non-zero epoch are refused")
+      ->capture_default_str();
+  app.add_option("--ganesha-bin", f.ganesha_bin, "ganesha executable")->capture_default_str();
+  app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
+      ->capture_default_str();
+}
+
+absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
+  if (auto s = ValidateVolumeName(f.volume); !s.ok()) return s;
+  const std::string state_dir =
+      f.state_dir.empty() ? absl::StrCat("/var/lib/share-manager/", f.volume) : f.state_dir;
+  if (auto s = ValidateConfigPath("--state-dir", state_dir); !s.ok()) return s;
+  if (auto s = ValidateListen(f.listen); !s.ok()) return s;
+  if (!f.socket.empty()) {
+    if (auto s = ValidateConfigPath("--socket", f.socket); !s.ok()) return s;
+  }
+  if (f.probe_failures < 1 || f.probe_failures > 100) {
+    return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");
+  }
+  if (f.max_deaths < 0 || f.max_deaths > 1000) {
+    return absl::InvalidArgumentError("--max-deaths must be between 0 and 1000");
+  }
+  if (f.ganesha_bin.empty()) return absl::InvalidArgumentError("--ganesha-bin is empty");
+
+  auto ganesha = GaneshaConfig::Create({
+      .volume = f.volume,
+      .export_dir = f.export_dir.empty() ? absl::StrCat("/export/", f.volume) : f.export_dir,
+      .bind_address = f.nfs_address,
+      .nfs_port = f.nfs_port,
+      .grace_seconds = f.grace_period,
+      .lease_seconds = f.lease_lifetime,
+      .recovery_root = absl::StrCat(state_dir, "/recovery"),
+      .plugins_dir = f.plugins_dir,
+  });
+  if (!ganesha.ok()) return ganesha.status();
+
+  supervisor::SupervisorOptions sup;
+  auto probe_interval = FlagDuration("--probe-interval", f.probe_interval, Duration(50));
+  auto start_timeout = FlagDuration("--start-timeout", f.start_timeout, Duration(100));
+  auto stop_timeout = FlagDuration("--stop-timeout", f.stop_timeout, Duration(0));
+  auto failed_linger = FlagDuration("--failed-linger", f.failed_linger, Duration(0));
+  auto death_window = FlagDuration("--death-window", f.death_window, Duration(1000));
+  for (const auto* d : {&probe_interval, &start_timeout, &stop_timeout, &failed_linger,
+                        &death_window}) {
+    if (!d->ok()) return d->status();
+  }
+  sup.probe_interval = *probe_interval;
+  sup.start_timeout = *start_timeout;
+  sup.stop_timeout = *stop_timeout;
+  sup.failed_linger = *failed_linger;
+  sup.probe_failures = static_cast<int>(f.probe_failures);
+  sup.restart.max_deaths = static_cast<int>(f.max_deaths);
+  sup.restart.death_window = *death_window;
+  const std::string config_path = absl::StrCat(state_dir, "/ganesha.conf");
+  sup.log_file = absl::StrCat(state_dir, "/ganesha.log");
+  sup.command = {f.ganesha_bin, "-F",     "-f",     config_path, "-L",
+                 sup.log_file,  "-p",     absl::StrCat(state_dir, "/ganesha.pid"),
+                 "-N",          "NIV_EVENT"};
+
+  return DaemonConfig{
+      .ganesha = *std::move(ganesha),
+      .listen = f.listen,
+      .socket = f.socket,
+      .state_dir = state_dir,
+      .config_path = config_path,
+      .probe_host = ProbeHost(f.nfs_address),
+      .epoch = f.epoch,
+      .supervisor = std::move(sup),
+  };
+}
+
+}  // namespace sharemgr

@@ -1,0 +1,56 @@
+// The daemon's flags, and their validation into a DaemonConfig that can only
+// hold checked values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sharemgr/ganesha_config.h"
+#include "supervisor/supervisor.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sharemgr {
+
+// Raw flag values, as typed.
+struct DaemonFlags {
+  std::string volume;
+  std::string export_dir;
+  std::string nfs_address = "0.0.0.0";
+  int64_t nfs_port = 2049;
+  std::string listen = "0.0.0.0:9600";
+  std::string socket;
+  std::string state_dir;
+  int64_t grace_period = 90;
+  int64_t lease_lifetime = 60;
+  std::string probe_interval = "1s";
+  int64_t probe_failures = 3;
+  std::string start_timeout = "30s";
+  std::string stop_timeout = "10s";
+  std::string failed_linger = "5s";
+  int64_t max_deaths = 5;
+  std::string death_window = "10m";
+  uint64_t epoch = 0;
+  std::string ganesha_bin = "ganesha.nfsd";
+  std::string plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha";
+};
+
+void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
+
+struct DaemonConfig {
+  GaneshaConfig ganesha;
+  std::string listen;
+  std::string socket;  // unix socket path, or empty
+  std::string state_dir;
+  std::string config_path;
+  std::string probe_host;  // where the NULL probe connects
+  uint64_t epoch = 0;
+  supervisor::SupervisorOptions supervisor;
+};
+
+absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& flags);
+
+}  // namespace sharemgr

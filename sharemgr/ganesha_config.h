@@ -1,0 +1,40 @@
+// ganesha.conf for one NFSv4-only share. A GaneshaConfig can only be built
+// from validated inputs, so rendering never interpolates unchecked text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace sharemgr {
+
+struct GaneshaConfigInput {
+  std::string volume;
+  std::string export_dir;
+  std::string bind_address;
+  int64_t nfs_port = 0;
+  int64_t grace_seconds = 0;
+  int64_t lease_seconds = 0;
+  std::string recovery_root;
+  std::string plugins_dir;
+};
+
+class GaneshaConfig {
+ public:
+  static absl::StatusOr<GaneshaConfig> Create(GaneshaConfigInput input);
+
+  // The whole file. Without the export, ganesha serves nothing: that is how
+  // Unmount withdraws the share while ganesha and its recovery state live on.
+  std::string Render(bool with_export) const;
+
+  const GaneshaConfigInput& input() const { return input_; }
+  // The NFSv4 pseudo path clients mount: "/" + volume.
+  std::string pseudo_path() const { return "/" + input_.volume; }
+
+ private:
+  explicit GaneshaConfig(GaneshaConfigInput input) : input_(std::move(input)) {}
+  GaneshaConfigInput input_;
+};
+
+}  // namespace sharemgr

@@ -1,0 +1,66 @@
+#include "sharemgr/health_publisher.h"
+
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+#include "sharemgr/health_names.h"
+
+namespace sharemgr {
+
+using supervisor::State;
+
+HealthPublisher::HealthPublisher(grpc::HealthCheckServiceInterface& health,
+                                 std::function<supervisor::TimePoint()> last_tick,
+                                 supervisor::Duration stall_limit)
+    : health_(health), last_tick_(std::move(last_tick)), stall_limit_(stall_limit) {
+  Apply();
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
+
+HealthPublisher::~HealthPublisher() {
+  {
+    std::lock_guard lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+}
+
+void HealthPublisher::OnState(State state) {
+  std::lock_guard lock(mu_);
+  state_ = state;
+  Apply();
+}
+
+// Callers hold mu_ (or run before the watchdog starts).
+void HealthPublisher::Apply() {
+  const bool ready = state_ == State::kServing;
+  // STOPPING is not a liveness failure: a restart would not help a clean stop.
+  const bool live = state_ != State::kFailed && !stalled_;
+  health_.SetServingStatus("", ready);
+  health_.SetServingStatus(kReadinessService, ready);
+  health_.SetServingStatus(kLivenessService, live);
+}
+
+void HealthPublisher::Watchdog() {
+  const auto period = stall_limit_ / 4;
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, period, [this] { return quit_; })) {
+    const auto silent = supervisor::Clock::now() - last_tick_();
+    const bool stalled = silent > stall_limit_;
+    if (stalled == stalled_) continue;
+    stalled_ = stalled;
+    if (stalled) {
+      spdlog::error("supervisor loop silent for {}; liveness NOT_SERVING",
+                    supervisor::FormatDuration(
+                        std::chrono::duration_cast<supervisor::Duration>(silent)));
+    } else {
+      spdlog::info("supervisor loop ticking again; liveness restored");
+    }
+    Apply();
+  }
+}
+
+}  // namespace sharemgr

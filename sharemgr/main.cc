@@ -1,0 +1,78 @@
+// share-manager: serves one ReadWriteMany volume over NFSv4 with a supervised
+// nfs-ganesha (`daemon`), and the client commands that talk to it.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "sharemgr/client_commands.h"
+#include "sharemgr/daemon.h"
+#include "sharemgr/daemon_config.h"
+#include "sharemgr/exit_codes.h"
+
+namespace {
+
+void SetUpLogging(const std::string& level) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto main_logger = std::make_shared<spdlog::logger>("share-manager", sink);
+  auto ganesha_logger = std::make_shared<spdlog::logger>("ganesha", sink);
+  for (const auto& logger : {main_logger, ganesha_logger}) {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%-5l%$ [%n] %v");
+    logger->set_level(spdlog::level::from_str(level));
+    logger->flush_on(spdlog::level::trace);
+  }
+  spdlog::register_logger(ganesha_logger);
+  spdlog::set_default_logger(main_logger);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "share-manager serves one ReadWriteMany volume over NFSv4: it runs and supervises\n"
+      "nfs-ganesha, restarts it in place when it dies or hangs, and publishes its health\n"
+      "over gRPC (sharemanager.v1.ShareManager and grpc.health.v1)."};
+  app.set_version_flag("--version", "share-manager " SHAREMGR_VERSION);
+  app.require_subcommand(1);
+
+  sharemgr::DaemonFlags daemon_flags;
+  std::string log_level = "info";
+  CLI::App* daemon = app.add_subcommand(
+      "daemon",
+      "Serve the volume: export it with ganesha and supervise it.\n"
+      "Exit codes: 0 stopped by SIGTERM/SIGINT, 1 internal error, 2 invalid flags,\n"
+      "3 ganesha died too often (FAILED), 4 cannot listen or use the state/export dir.");
+  sharemgr::AddDaemonFlags(*daemon, daemon_flags);
+  daemon->add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+
+  sharemgr::ClientFlags client_flags;
+  int exit_code = sharemgr::kExitInternal;
+  sharemgr::AddClientCommands(app, client_flags, &exit_code);
+
+  daemon->callback([&] {
+    SetUpLogging(log_level);
+    auto config = sharemgr::ResolveDaemonConfig(daemon_flags);
+    if (!config.ok()) {
+      std::cerr << "share-manager: " << config.status().message() << "\n";
+      exit_code = sharemgr::kExitBadInput;
+      return;
+    }
+    exit_code = sharemgr::RunDaemon(*config);
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    app.exit(e);
+    // The daemon keeps exit code 2 for bad input; client commands keep
+    // grpc_health_probe's 1.
+    return daemon->parsed() ? sharemgr::kExitBadInput : sharemgr::kClientBadArgs;
+  }
+  return exit_code;
+}

@@ -1,0 +1,120 @@
+#include "sharemgr/share.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+#include "absl/strings/str_cat.h"
+#include "supervisor/unique_fd.h"
+
+namespace sharemgr {
+namespace {
+
+absl::Status Errno(const char* what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  supervisor::UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return Errno("cannot create", tmp);
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = write(fd.get(), content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", tmp);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (fsync(fd.get()) != 0) return Errno("cannot fsync", tmp);
+  fd.reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EnsureDirectory(const std::string& path, unsigned mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", ec.message()));
+  struct stat st{};
+  if (stat(path.c_str(), &st) != 0) return Errno("cannot stat", path);
+  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
+  if ((st.st_mode & 07777) != mode) chmod(path.c_str(), mode);
+  return absl::OkStatus();
+}
+
+Share::Share(GaneshaConfig config, std::string config_path, std::function<void()> reload)
+    : config_(std::move(config)), config_path_(std::move(config_path)), reload_(std::move(reload)) {}
+
+absl::Status Share::WriteConfig() const {
+  return WriteFileAtomically(config_path_, config_.Render(exported_));
+}
+
+absl::Status Share::CheckReady() const {
+  if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
+  struct stat st{};
+  const std::string& dir = config_.input().export_dir;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("export directory ", dir, ": ", std::strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::UnavailableError(absl::StrCat("export path ", dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
+  if (generation != 0 && generation <= generation_ && exported_) {
+    spdlog::info("Mount generation {} already handled (at {}); nothing to do", generation,
+                 generation_);
+    return generation_;
+  }
+  if (auto status = EnsureDirectory(config_.input().export_dir, 0755); !status.ok()) return status;
+  const bool was_exported = exported_;
+  exported_ = true;
+  if (auto status = WriteConfig(); !status.ok()) {
+    exported_ = was_exported;
+    return status;
+  }
+  generation_ = generation != 0 ? std::max(generation, generation_) : generation_ + 1;
+  spdlog::info("export {} at {} (re)exported, remount generation {}",
+               config_.input().export_dir, config_.pseudo_path(), generation_);
+  reload_();
+  return generation_;
+}
+
+absl::Status Share::Unmount() {
+  if (!exported_) return absl::OkStatus();
+  exported_ = false;
+  if (auto status = WriteConfig(); !status.ok()) {
+    exported_ = true;
+    return status;
+  }
+  spdlog::info("export {} withdrawn; ganesha keeps running without it", config_.pseudo_path());
+  reload_();
+  return absl::OkStatus();
+}
+
+void Share::Fill(sharemanager::v1::ShareStatus& status) const {
+  const auto& in = config_.input();
+  status.set_volume(in.volume);
+  status.set_export_path(in.export_dir);
+  status.set_nfs_address(in.bind_address);
+  status.set_nfs_port(static_cast<uint32_t>(in.nfs_port));
+  status.set_pseudo_path(config_.pseudo_path());
+  status.set_exported(exported_);
+  status.set_remount_generation(generation_);
+}
+
+}  // namespace sharemgr

@@ -1,0 +1,45 @@
+// The exported share: owns ganesha.conf and the export's lifecycle (Mount,
+// Unmount, remount generation). Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sharemanager/v1/sharemanager.pb.h"
+#include "sharemgr/ganesha_config.h"
+
+namespace sharemgr {
+
+class Share {
+ public:
+  // `reload` makes ganesha reread its exports (SIGHUP) and re-checks readiness.
+  Share(GaneshaConfig config, std::string config_path, std::function<void()> reload);
+
+  // Writes ganesha.conf for the current export state, atomically.
+  absl::Status WriteConfig() const;
+
+  // What besides a NULL answer makes the share ready.
+  absl::Status CheckReady() const;
+
+  // (Re)exports. A generation at or below the handled one is a no-op; 0 asks
+  // for one more. Returns the handled generation.
+  absl::StatusOr<uint64_t> Mount(uint64_t generation);
+  // Withdraws the export; ganesha keeps running. Idempotent.
+  absl::Status Unmount();
+
+  void Fill(sharemanager::v1::ShareStatus& status) const;
+
+ private:
+  GaneshaConfig config_;
+  std::string config_path_;
+  std::function<void()> reload_;
+  bool exported_ = true;
+  uint64_t generation_ = 0;
+};
+
+// Creates the directory (and parents) with `mode` when missing.
+absl::Status EnsureDirectory(const std::string& path, unsigned mode);
+
+}  // namespace sharemgr

@@ -1,0 +1,127 @@
+#include "sharemgr/share_service.h"
+
+#include <future>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "sharemgr/grpc_status.h"
+
+namespace sharemgr {
+namespace {
+
+using sharemanager::v1::ShareState;
+using sharemanager::v1::ShareStatus;
+using SystemClock = std::chrono::system_clock;
+
+// No mutation may hold a handler longer than this, whatever deadline the caller sent.
+constexpr auto kMaxCommandTime = std::chrono::seconds(10);
+// Streams re-check for cancellation this often; changes wake them at once.
+constexpr auto kStreamCancelCheck = std::chrono::milliseconds(250);
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             SystemClock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void FillUptimes(ShareStatus& status) {
+  const int64_t now = NowUnixMs();
+  auto since = [now](int64_t start) {
+    return start > 0 && now > start ? static_cast<uint64_t>(now - start) : uint64_t{0};
+  };
+  status.set_uptime_ms(since(status.started_unix_ms()));
+  status.set_ganesha_uptime_ms(status.ganesha_pid() != 0 ? since(status.ganesha_started_unix_ms())
+                                                         : 0);
+}
+
+ShareService::ShareService(StatusBoard& board, ShareCommands commands, uint64_t epoch)
+    : board_(board), commands_(std::move(commands)), epoch_(epoch) {}
+
+ShareStatus ShareService::Current() const {
+  ShareStatus status = board_.Snapshot();
+  FillUptimes(status);
+  return status;
+}
+
+absl::Status ShareService::CheckEpoch(uint64_t requested) const {
+  if (requested == 0 || requested == epoch_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stale epoch: request carries epoch ", requested, " but this share-manager serves epoch ",
+      epoch_));
+}
+
+absl::StatusOr<uint64_t> ShareService::RunOnLoop(
+    grpc::ServerContext* context, std::function<absl::StatusOr<uint64_t>()> op) {
+  const ShareState state = board_.Snapshot().state();
+  if (state == sharemanager::v1::FAILED || state == sharemanager::v1::STOPPING) {
+    return absl::UnavailableError(
+        absl::StrCat("share-manager is ", ShareState_Name(state), "; not accepting changes"));
+  }
+  const auto deadline = std::min(context->deadline(), SystemClock::now() + kMaxCommandTime);
+  auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
+  auto result = promise->get_future();
+  commands_.post([promise, op = std::move(op)] { promise->set_value(op()); });
+  if (result.wait_until(deadline) != std::future_status::ready) {
+    return absl::DeadlineExceededError("the supervisor loop did not complete the request in time");
+  }
+  return result.get();
+}
+
+grpc::Status ShareService::Mount(grpc::ServerContext* context,
+                                 const sharemanager::v1::MountRequest* request,
+                                 sharemanager::v1::MountResponse* response) {
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  const uint64_t generation = request->generation();
+  const auto handled =
+      RunOnLoop(context, [mount = commands_.mount, generation] { return mount(generation); });
+  if (!handled.ok()) return ToGrpcStatus(handled.status());
+  response->set_handled_generation(*handled);
+  *response->mutable_status() = Current();
+  return grpc::Status::OK;
+}
+
+grpc::Status ShareService::Unmount(grpc::ServerContext* context,
+                                   const sharemanager::v1::UnmountRequest* request,
+                                   sharemanager::v1::UnmountResponse* response) {
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  const auto done = RunOnLoop(context, [unmount = commands_.unmount]() -> absl::StatusOr<uint64_t> {
+    if (auto status = unmount(); !status.ok()) return status;
+    return 0;
+  });
+  if (!done.ok()) return ToGrpcStatus(done.status());
+  *response->mutable_status() = Current();
+  return grpc::Status::OK;
+}
+
+grpc::Status ShareService::GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
+                                     ShareStatus* response) {
+  *response = Current();
+  return grpc::Status::OK;
+}
+
+grpc::Status ShareService::WatchStatus(grpc::ServerContext* context,
+                                       const sharemanager::v1::WatchStatusRequest*,
+                                       grpc::ServerWriter<ShareStatus>* writer) {
+  ShareStatus status = Current();
+  uint64_t sent = status.version();
+  if (!writer->Write(status)) return grpc::Status::OK;
+  while (!context->IsCancelled()) {
+    if (SystemClock::now() >= context->deadline()) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "watch deadline reached");
+    }
+    // A closed board still hands out its last change (e.g. STOPPING) before the stream ends.
+    auto next = board_.WaitNewer(sent, std::chrono::steady_clock::now() + kStreamCancelCheck);
+    if (!next) {
+      if (board_.closed()) break;
+      continue;
+    }
+    FillUptimes(*next);
+    sent = next->version();
+    if (!writer->Write(*next)) break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace sharemgr

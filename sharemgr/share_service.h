@@ -1,0 +1,57 @@
+// sharemanager.v1.ShareManager over gRPC: small adapters that check the epoch,
+// bound the call by the caller's deadline, and hand the work to the supervisor
+// loop. Reads come from the StatusBoard and never touch the loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "sharemanager/v1/sharemanager.grpc.pb.h"
+#include "sharemgr/status_board.h"
+
+namespace sharemgr {
+
+// Mutations the service forwards; each runs on the supervisor loop.
+struct ShareCommands {
+  // Runs `task` on the loop thread.
+  std::function<void(std::function<void()> task)> post;
+  // Loop-thread operations.
+  std::function<absl::StatusOr<uint64_t>(uint64_t generation)> mount;
+  std::function<absl::Status()> unmount;
+};
+
+class ShareService final : public sharemanager::v1::ShareManager::Service {
+ public:
+  ShareService(StatusBoard& board, ShareCommands commands, uint64_t epoch);
+
+  grpc::Status Mount(grpc::ServerContext* context, const sharemanager::v1::MountRequest* request,
+                     sharemanager::v1::MountResponse* response) override;
+  grpc::Status Unmount(grpc::ServerContext* context,
+                       const sharemanager::v1::UnmountRequest* request,
+                       sharemanager::v1::UnmountResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context,
+                         const sharemanager::v1::GetStatusRequest* request,
+                         sharemanager::v1::ShareStatus* response) override;
+  grpc::Status WatchStatus(grpc::ServerContext* context,
+                           const sharemanager::v1::WatchStatusRequest* request,
+                           grpc::ServerWriter<sharemanager::v1::ShareStatus>* writer) override;
+
+ private:
+  absl::Status CheckEpoch(uint64_t requested) const;
+  // Runs `op` on the loop and waits for it until the caller's deadline (capped).
+  // The result is shared with the task, which may finish after the caller gave up.
+  absl::StatusOr<uint64_t> RunOnLoop(grpc::ServerContext* context,
+                                     std::function<absl::StatusOr<uint64_t>()> op);
+  sharemanager::v1::ShareStatus Current() const;
+
+  StatusBoard& board_;
+  ShareCommands commands_;
+  uint64_t epoch_;
+};
+
+// Fills the derived fields (uptimes) of a status at the time it is sent.
+void FillUptimes(sharemanager::v1::ShareStatus& status);
+
+}  // namespace sharemgr

@@ -1,0 +1,104 @@
+#include "sharemgr/validate.h"
+
+#include <arpa/inet.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace sharemgr {
+namespace {
+
+constexpr size_t kMaxLabel = 63;
+constexpr size_t kMaxPath = 1024;
+constexpr int64_t kMaxGraceSeconds = 3600;
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+std::string Printable(absl::string_view text) {
+  std::string out;
+  for (char ch : text.substr(0, 80)) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += ch;
+    }
+  }
+  if (text.size() > 80) out += "...";
+  return out;
+}
+
+}  // namespace
+
+absl::Status ValidateVolumeName(absl::string_view name) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--volume '", Printable(name), "' is not a valid volume name: ", why));
+  };
+  if (name.empty()) return bad("it is empty");
+  if (name.size() > kMaxLabel) return bad("longer than 63 characters");
+  for (char c : name) {
+    if (!IsLowerAlnum(c) && c != '-') return bad("only lowercase letters, digits and '-' allowed");
+  }
+  if (!IsLowerAlnum(name.front()) || !IsLowerAlnum(name.back())) {
+    return bad("must start and end with a letter or digit");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", Printable(path), "': ", why));
+  };
+  if (path.empty()) return bad("is empty");
+  if (path.size() > kMaxPath) return bad("is longer than 1024 characters");
+  if (path.front() != '/') return bad("must be an absolute path");
+  for (char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) return bad("contains a control character");
+    if (absl::string_view("\"'{};#\\`$").find(ch) != absl::string_view::npos) {
+      return bad(absl::StrCat("contains the character '", std::string(1, ch),
+                              "', which is not allowed"));
+    }
+  }
+  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
+    if (part == "." || part == "..") return bad("must not contain '.' or '..' components");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address) {
+  const std::string text(address);
+  in6_addr buf{};
+  if (inet_pton(AF_INET, text.c_str(), &buf) == 1 || inet_pton(AF_INET6, text.c_str(), &buf) == 1) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " '", Printable(address), "' is not an IPv4 or IPv6 address"));
+}
+
+absl::Status ValidatePort(absl::string_view flag, int64_t port) {
+  if (port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", port, " is not a port (1-65535)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds) {
+  if (lease_seconds < 1) {
+    return absl::InvalidArgumentError("--lease-lifetime must be at least 1 second");
+  }
+  if (grace_seconds > kMaxGraceSeconds) {
+    return absl::InvalidArgumentError("--grace-period must be at most 3600 seconds");
+  }
+  if (grace_seconds < lease_seconds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grace-period (", grace_seconds, "s) must be >= --lease-lifetime (", lease_seconds,
+        "s) so clients can reclaim their state after a restart"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sharemgr

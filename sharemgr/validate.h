@@ -1,0 +1,31 @@
+// Input checks for everything that ends up in ganesha.conf or on a command
+// line. Each returns InvalidArgument with a one-line message naming the flag.
+#pragma once
+
+#include <cstdint>
+
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace sharemgr {
+
+// A Kubernetes object name usable as a DNS-1123 label: 1-63 characters of
+// [a-z0-9-], starting and ending with an alphanumeric.
+absl::Status ValidateVolumeName(absl::string_view name);
+
+// An absolute path with no "." or ".." component and none of the characters
+// that could escape a quoted ganesha.conf string or break a line: quotes,
+// braces, semicolons, '#', backslashes, whitespace other than space, control bytes.
+absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path);
+
+// An IPv4 or IPv6 address literal.
+absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address);
+
+absl::Status ValidatePort(absl::string_view flag, int64_t port);
+
+// NFSv4 grace must be at least the lease so clients can reclaim; neither may
+// be 0 (a 0 lease makes every OPEN fail).
+absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds);
+
+}  // namespace sharemgr

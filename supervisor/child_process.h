@@ -1,0 +1,52 @@
+// A child process in its own process group, with a pidfd for race-free exit
+// detection and its stdout/stderr on one pipe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "supervisor/unique_fd.h"
+
+namespace supervisor {
+
+struct ChildExit {
+  int code = -1;   // exit code, or -1 when killed by a signal
+  int signal = 0;  // terminating signal, or 0
+  std::string Describe() const;
+};
+
+class ChildProcess {
+ public:
+  // Starts argv (argv[0] is looked up in PATH). Fails with a clear error when the
+  // program cannot be executed; then no process is left behind.
+  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv);
+
+  ChildProcess(ChildProcess&&) = default;
+  ChildProcess& operator=(ChildProcess&&) = default;
+
+  pid_t pid() const { return pid_; }
+  // Readable once the child has exited.
+  int pidfd() const { return pidfd_.get(); }
+  // The read end of the child's stdout+stderr; non-blocking.
+  int output_fd() const { return output_.get(); }
+
+  // Signals the child's whole process group. Safe until Reap(): the group id
+  // cannot be reused while the leader is unreaped.
+  void SignalGroup(int sig) const;
+
+  // Collects the exit status once pidfd() is readable.
+  absl::StatusOr<ChildExit> Reap();
+
+ private:
+  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd output)
+      : pid_(pid), pidfd_(std::move(pidfd)), output_(std::move(output)) {}
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd output_;
+};
+
+}  // namespace supervisor

@@ -1,0 +1,34 @@
+// Time source seam: production uses the steady clock, tests drive a fake one.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace supervisor {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using Duration = std::chrono::milliseconds;
+
+class TimeSource {
+ public:
+  virtual ~TimeSource() = default;
+  virtual TimePoint Now() const = 0;
+};
+
+class SteadyTimeSource final : public TimeSource {
+ public:
+  TimePoint Now() const override { return Clock::now(); }
+};
+
+// Formats a duration for logs and errors, e.g. "250ms", "3.5s", "10m0s".
+std::string FormatDuration(Duration d);
+
+// Parses "250ms", "3s", "1.5s", "2m" or a bare number of seconds. Rejects
+// negatives, other units and values over a day.
+absl::StatusOr<Duration> ParseDuration(std::string_view text);
+
+}  // namespace supervisor

@@ -1,0 +1,81 @@
+// A single-threaded epoll loop: file descriptors, timers and tasks posted from
+// other threads all run on the loop thread, so supervisor state needs no locks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "supervisor/clock.h"
+#include "supervisor/unique_fd.h"
+
+namespace supervisor {
+
+class EventLoop {
+ public:
+  using Handler = std::function<void(uint32_t events)>;
+  using Task = std::function<void()>;
+  // The loop wakes at least this often, so its heartbeat proves it is not stuck.
+  static constexpr Duration kHeartbeat{200};
+
+  EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Loop thread only. Returns a token for Unwatch.
+  uint64_t Watch(int fd, uint32_t events, Handler handler);
+  void Unwatch(uint64_t token);
+
+  // Any thread. Tasks run on the loop thread in order.
+  void Post(Task task);
+
+  void Run();
+  void Quit() { running_ = false; }
+
+  // When the loop last woke up; read by the liveness watchdog from any thread.
+  TimePoint last_tick() const { return TimePoint(Duration(last_tick_ms_.load())); }
+
+ private:
+  void RunPosted();
+  void Tick();
+
+  UniqueFd epoll_;
+  UniqueFd wakeup_;
+  uint64_t next_token_ = 1;
+  struct Watched {
+    int fd;
+    std::shared_ptr<Handler> handler;
+  };
+  std::unordered_map<uint64_t, Watched> watched_;
+  std::mutex posted_mu_;
+  std::vector<Task> posted_;
+  bool running_ = false;
+  std::atomic<int64_t> last_tick_ms_{0};
+};
+
+// A timerfd on the loop: one-shot or periodic.
+class Timer {
+ public:
+  Timer(EventLoop& loop, EventLoop::Task on_fire);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  void Arm(Duration delay);
+  void ArmPeriodic(Duration period);
+  void Disarm();
+
+ private:
+  void Set(Duration first, Duration period);
+
+  EventLoop& loop_;
+  UniqueFd fd_;
+  uint64_t token_;
+  EventLoop::Task on_fire_;
+};
+
+}  // namespace supervisor

@@ -1,0 +1,54 @@
+// Forwards a child's output and its log file into spdlog, one tagged line at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "supervisor/event_loop.h"
+#include "supervisor/unique_fd.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace supervisor {
+
+// Splits a byte stream into lines and logs each; ganesha's level words
+// (CRIT, MAJ, WARN, ...) pick the spdlog level.
+class LineLogger {
+ public:
+  explicit LineLogger(std::shared_ptr<spdlog::logger> logger) : logger_(std::move(logger)) {}
+  void Append(std::string_view bytes);
+  void Flush();
+
+ private:
+  void LogLine(std::string_view line);
+  std::shared_ptr<spdlog::logger> logger_;
+  std::string partial_;
+};
+
+// Follows a log file that another process appends to (inotify, no polling).
+// Survives the file being truncated or created later.
+class LogFileFollower {
+ public:
+  LogFileFollower(EventLoop& loop, std::string path, std::shared_ptr<spdlog::logger> logger);
+  ~LogFileFollower();
+  LogFileFollower(const LogFileFollower&) = delete;
+  LogFileFollower& operator=(const LogFileFollower&) = delete;
+
+  // Reads whatever was appended since the last call.
+  void Drain();
+
+ private:
+  EventLoop& loop_;
+  std::string path_;
+  LineLogger lines_;
+  UniqueFd inotify_;
+  uint64_t token_ = 0;
+  off_t offset_ = 0;
+};
+
+}  // namespace supervisor

@@ -1,0 +1,32 @@
+// "Is ganesha serving?" as the cheapest real NFS request: an ONC RPC NULL call
+// (RFC 5531; program 100003 NFS, version 4, procedure 0) over TCP with a deadline.
+// A connect alone proves nothing: the kernel accepts TCP for a frozen process.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "supervisor/clock.h"
+
+namespace supervisor {
+
+inline constexpr uint32_t kNfsProgram = 100003;
+inline constexpr uint32_t kNfsVersion4 = 4;
+
+// The record-marked call (RFC 5531 section 11: one last fragment) for xid.
+std::vector<uint8_t> EncodeNullCall(uint32_t xid, uint32_t program = kNfsProgram,
+                                    uint32_t version = kNfsVersion4);
+
+// Checks a reply record (without the 4-byte record mark) for xid: an accepted
+// reply with SUCCESS. Anything else is an error that says what was wrong.
+absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid);
+
+// Connects to host:port (IPv4 or IPv6 literal), sends NULL and waits for the
+// reply, all within `timeout`. Never blocks longer than that.
+absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout);
+
+}  // namespace supervisor

@@ -1,0 +1,392 @@
+#include "supervisor/supervisor.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace supervisor {
+namespace {
+
+// While a new child has not answered yet, probe often: readiness should follow
+// ganesha's start-up within milliseconds, not a whole probe interval.
+constexpr Duration kStartupProbeInterval{10};
+
+sigset_t SupervisedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGCHLD);
+  return set;
+}
+
+}  // namespace
+
+void BlockSupervisedSignals() {
+  const sigset_t set = SupervisedSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void BecomeSubreaper() {
+  if (getpid() != 1) prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+// Runs probes off the loop thread so a slow probe never blocks the loop; at
+// most one probe is in flight.
+class Supervisor::ProbeWorker {
+ public:
+  ProbeWorker(EventLoop& loop, Prober prober, Supervisor& owner)
+      : loop_(loop), prober_(std::move(prober)), owner_(owner), thread_([this] { Run(); }) {}
+  ~ProbeWorker() {
+    {
+      std::lock_guard lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+  // Returns false when a probe is still in flight.
+  bool Request(uint64_t instance, Duration timeout) {
+    std::lock_guard lock(mu_);
+    if (busy_) return false;
+    busy_ = true;
+    instance_ = instance;
+    timeout_ = timeout;
+    cv_.notify_one();
+    return true;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return quit_ || busy_; });
+      if (quit_) return;
+      const uint64_t instance = instance_;
+      const Duration timeout = timeout_;
+      lock.unlock();
+      absl::Status result = prober_(timeout);
+      lock.lock();
+      busy_ = false;
+      if (quit_) return;
+      loop_.Post([this, instance, result] { owner_.OnProbeResult(instance, result); });
+    }
+  }
+
+  EventLoop& loop_;
+  Prober prober_;
+  Supervisor& owner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool busy_ = false;
+  bool quit_ = false;
+  uint64_t instance_ = 0;
+  Duration timeout_{0};
+  std::thread thread_;
+};
+
+Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober,
+                       ReadinessCheck ready, const TimeSource& clock)
+    : loop_(loop),
+      options_(std::move(options)),
+      prober_(std::move(prober)),
+      ready_(std::move(ready)),
+      clock_(clock),
+      policy_(options_.restart),
+      probe_timer_(loop, [this] { OnProbeTimer(); }),
+      restart_timer_(loop, [this] { SpawnChild(); }),
+      stop_timer_(loop,
+                  [this] {
+                    spdlog::warn("ganesha did not stop within {}; sending SIGKILL",
+                                 FormatDuration(options_.stop_timeout));
+                    SignalChild(SIGKILL);
+                  }),
+      linger_timer_(loop, [this] { Finish(Outcome::kFailed); }) {
+  status_.state = machine_.state();
+  status_.reason = machine_.reason();
+  status_.last_transition = std::chrono::system_clock::now();
+  machine_.AddObserver([this](const Transition& t) {
+    status_.state = t.to;
+    status_.reason = t.reason;
+    status_.last_transition = std::chrono::system_clock::now();
+  });
+  probe_worker_ = std::make_unique<ProbeWorker>(loop_, prober_, *this);
+}
+
+Supervisor::~Supervisor() {
+  // Stop the worker first: its posted results reference this object.
+  probe_worker_.reset();
+  Unwatch(pidfd_token_);
+  Unwatch(output_token_);
+  Unwatch(signal_token_);
+  if (child_) {
+    child_->SignalGroup(SIGKILL);
+    waitpid(child_->pid(), nullptr, 0);
+  }
+}
+
+void Supervisor::Unwatch(uint64_t& token) {
+  if (token != 0) loop_.Unwatch(token);
+  token = 0;
+}
+
+void Supervisor::Start() {
+  const sigset_t set = SupervisedSignals();
+  signal_fd_.reset(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (signal_fd_) {
+    signal_token_ = loop_.Watch(signal_fd_.get(), EPOLLIN, [this](uint32_t) { OnSignal(); });
+  } else {
+    spdlog::error("signalfd failed: {}; SIGTERM will not stop ganesha cleanly",
+                  std::strerror(errno));
+  }
+  if (!options_.log_file.empty()) {
+    log_file_.emplace(loop_, options_.log_file, spdlog::get("ganesha"));
+  }
+  Publish();
+  SpawnChild();
+}
+
+void Supervisor::Publish() {
+  for (const auto& observer : observers_) observer(status_);
+}
+
+void Supervisor::SpawnChild() {
+  if (outcome_ || status_.state == State::kStopping) return;
+  auto child = ChildProcess::Spawn(options_.command);
+  const TimePoint now = clock_.Now();
+  policy_.OnStart(now);
+  if (!child.ok()) {
+    spdlog::error("cannot start ganesha: {}", child.status().message());
+    status_.last_exit = ChildExit{127, 0};
+    status_.last_exit_description = std::string(child.status().message());
+    status_.last_exit_at = std::chrono::system_clock::now();
+    // A spawn failure costs a death, so a missing binary ends in FAILED, not a loop.
+    child_.reset();
+    instance_++;
+    kill_reason_.clear();
+    const auto decision = policy_.OnDeath(now);
+    if (decision.give_up) {
+      machine_.TransitionTo(State::kFailed,
+                            absl::StrCat("cannot start ganesha: ", child.status().message()));
+      Publish();
+      linger_timer_.Arm(options_.failed_linger);
+      return;
+    }
+    machine_.TransitionTo(State::kDegraded, absl::StrCat("cannot start ganesha: ",
+                                                         child.status().message()));
+    Publish();
+    restart_timer_.Arm(decision.delay);
+    return;
+  }
+  child_ = std::move(*child);
+  instance_++;
+  answered_ = false;
+  misses_ = 0;
+  kill_reason_.clear();
+  start_deadline_ = now + options_.start_timeout;
+  status_.pid = child_->pid();
+  status_.child_started = std::chrono::system_clock::now();
+  spdlog::info("started ganesha pid {}", child_->pid());
+  if (status_.state == State::kDegraded) {
+    status_.reason = absl::StrCat("ganesha restarted as pid ", child_->pid(),
+                                  ", waiting for it to answer (previous ",
+                                  status_.last_exit_description, ")");
+  }
+  output_.emplace(spdlog::get("ganesha"));
+  pidfd_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnChildExit(); });
+  output_token_ = loop_.Watch(child_->output_fd(), EPOLLIN, [this](uint32_t) { OnChildOutput(); });
+  probe_timer_.ArmPeriodic(kStartupProbeInterval);
+  Publish();
+  OnProbeTimer();
+}
+
+void Supervisor::OnChildOutput() {
+  char buf[4096];
+  ssize_t n;
+  while (child_ && (n = read(child_->output_fd(), buf, sizeof(buf))) > 0) {
+    output_->Append(std::string_view(buf, static_cast<size_t>(n)));
+  }
+}
+
+void Supervisor::OnChildExit() {
+  OnChildOutput();
+  output_->Flush();
+  if (log_file_) log_file_->Drain();
+  auto exit = child_->Reap();
+  if (!exit.ok()) {
+    spdlog::error("reaping ganesha pid {}: {}", child_->pid(), exit.status().message());
+    return;
+  }
+  Unwatch(pidfd_token_);
+  Unwatch(output_token_);
+  probe_timer_.Disarm();
+  const pid_t pid = status_.pid;
+  child_.reset();
+  status_.pid = 0;
+  status_.last_exit = *exit;
+  status_.last_exit_description =
+      kill_reason_.empty() ? exit->Describe() : absl::StrCat(kill_reason_, "; ", exit->Describe());
+  status_.last_exit_at = std::chrono::system_clock::now();
+  ReapOrphans();  // orphans queued behind the child's zombie
+
+  if (status_.state == State::kStopping) {
+    spdlog::info("ganesha pid {} {}", pid, exit->Describe());
+    stop_timer_.Disarm();
+    Publish();
+    Finish(Outcome::kStopped);
+    return;
+  }
+  if (status_.state == State::kFailed) return;
+  const auto decision = policy_.OnDeath(clock_.Now());
+  if (decision.give_up) {
+    machine_.TransitionTo(
+        State::kFailed,
+        absl::StrCat("ganesha pid ", pid, " ", status_.last_exit_description, "; ",
+                     decision.deaths_in_window, " deaths within ",
+                     FormatDuration(options_.restart.death_window), " exceed the budget of ",
+                     options_.restart.max_deaths, "; giving up"));
+    Publish();
+    linger_timer_.Arm(options_.failed_linger);
+    return;
+  }
+  const std::string reason =
+      absl::StrCat("ganesha pid ", pid, " ", status_.last_exit_description, "; restarting",
+                   decision.delay.count() > 0 ? absl::StrCat(" in ", FormatDuration(decision.delay))
+                                              : std::string(" now"));
+  if (!machine_.TransitionTo(State::kDegraded, reason)) status_.reason = reason;
+  status_.restarts++;
+  Publish();
+  restart_timer_.Arm(decision.delay);
+}
+
+void Supervisor::OnSignal() {
+  signalfd_siginfo info{};
+  while (read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      ReapOrphans();
+    } else {
+      Stop(absl::StrCat("received ", sigabbrev_np(sig) ? "SIG" : "", sigabbrev_np(sig)));
+    }
+  }
+}
+
+void Supervisor::ReapOrphans() {
+  for (;;) {
+    siginfo_t info{};
+    // Peek first: the supervised child is reaped through its pidfd, not here.
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    if (child_ && info.si_pid == child_->pid()) return;
+    waitpid(info.si_pid, nullptr, WNOHANG);
+    spdlog::debug("reaped orphan pid {}", info.si_pid);
+  }
+}
+
+void Supervisor::OnProbeTimer() {
+  if (!child_) return;
+  if (!answered_ && clock_.Now() > start_deadline_) {
+    Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
+                      FormatDuration(options_.start_timeout), " of starting (last: ",
+                      last_probe_error_, ")"));
+    return;
+  }
+  // A probe still in flight (waiting out its timeout) runs again as soon as it
+  // returns, so a hung child is missed once per interval, not every other one.
+  probe_pending_ = !probe_worker_->Request(instance_, options_.probe_interval);
+}
+
+void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
+  HandleProbeResult(instance, std::move(result));
+  if (probe_pending_ && child_ && kill_reason_.empty()) OnProbeTimer();
+}
+
+void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
+  if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
+  if (status_.state == State::kStopping || status_.state == State::kFailed) return;
+  if (!result.ok()) {
+    last_probe_error_ = std::string(result.message());
+    if (!answered_) return;  // still starting; the start timeout bounds this
+    ++misses_;
+    spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
+                 result.message());
+    if (misses_ >= options_.probe_failures) {
+      Kill(absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ",
+                        result.message(), ")"));
+    }
+    return;
+  }
+  if (misses_ > 0) spdlog::info("NFS NULL probe answered again after {} misses", misses_);
+  misses_ = 0;
+  if (!answered_) {
+    answered_ = true;
+    spdlog::info("ganesha pid {} answers NFS NULL", child_->pid());
+    probe_timer_.ArmPeriodic(options_.probe_interval);
+  }
+  Reevaluate();
+}
+
+void Supervisor::Reevaluate() {
+  if (!child_ || !answered_ || !kill_reason_.empty()) return;
+  const absl::Status ready = ready_();
+  if (ready.ok()) {
+    if (machine_.TransitionTo(State::kServing, "ganesha answers NFS and the export is ready")) {
+      Publish();
+    }
+    return;
+  }
+  const std::string reason(ready.message());
+  if (machine_.TransitionTo(State::kDegraded, reason)) {
+    Publish();
+  } else if (status_.state == State::kDegraded && status_.reason != reason) {
+    status_.reason = reason;
+    Publish();
+  }
+}
+
+void Supervisor::Kill(std::string reason) {
+  if (!child_) return;
+  spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
+  kill_reason_ = std::move(reason);
+  if (machine_.TransitionTo(State::kDegraded, kill_reason_)) Publish();
+  child_->SignalGroup(SIGKILL);
+}
+
+void Supervisor::SignalChild(int sig) {
+  if (child_) child_->SignalGroup(sig);
+}
+
+void Supervisor::Stop(std::string reason) {
+  if (outcome_ || status_.state == State::kStopping) return;
+  const bool failed = status_.state == State::kFailed;
+  machine_.TransitionTo(State::kStopping, std::move(reason));
+  Publish();
+  restart_timer_.Disarm();
+  probe_timer_.Disarm();
+  linger_timer_.Disarm();
+  if (!child_) {
+    Finish(failed ? Outcome::kFailed : Outcome::kStopped);
+    return;
+  }
+  spdlog::info("stopping ganesha pid {} (SIGTERM, SIGKILL after {})", child_->pid(),
+               FormatDuration(options_.stop_timeout));
+  child_->SignalGroup(SIGTERM);
+  child_->SignalGroup(SIGCONT);  // a stopped (hung) ganesha cannot act on SIGTERM otherwise
+  stop_timer_.Arm(options_.stop_timeout);
+}
+
+void Supervisor::Finish(Outcome outcome) {
+  if (outcome_) return;
+  outcome_ = outcome;
+  loop_.Quit();
+}
+
+}  // namespace supervisor

@@ -1,0 +1,140 @@
+// Keeps one child (ganesha) serving: spawns it, notices its exit through a
+// pidfd, probes it for hangs, restarts it in place with backoff, gives up when
+// the death budget is spent, and stops it on SIGTERM/SIGINT. Runs entirely on
+// one EventLoop thread. Knows nothing of gRPC or NFS exports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "supervisor/child_process.h"
+#include "supervisor/event_loop.h"
+#include "supervisor/health_state.h"
+#include "supervisor/log_forwarder.h"
+#include "supervisor/restart_policy.h"
+
+namespace supervisor {
+
+struct SupervisorOptions {
+  std::vector<std::string> command;
+  // The child's own log file, forwarded line by line (empty: none).
+  std::string log_file;
+  Duration probe_interval{1000};
+  // Consecutive missed probes that make a running child "hung".
+  int probe_failures = 3;
+  // How long a new child may take to answer its first probe.
+  Duration start_timeout{std::chrono::seconds(30)};
+  Duration stop_timeout{std::chrono::seconds(10)};
+  // How long the FAILED status stays readable before Run() ends.
+  Duration failed_linger{std::chrono::seconds(5)};
+  RestartPolicyOptions restart;
+};
+
+struct SupervisorStatus {
+  State state = State::kStarting;
+  std::string reason;
+  std::chrono::system_clock::time_point last_transition;
+  pid_t pid = 0;
+  std::chrono::system_clock::time_point child_started;
+  uint32_t restarts = 0;
+  std::optional<ChildExit> last_exit;
+  std::string last_exit_description;
+  std::chrono::system_clock::time_point last_exit_at;
+};
+
+enum class Outcome { kStopped, kFailed };
+
+class Supervisor {
+ public:
+  // Runs on a worker thread; must return within `timeout`.
+  using Prober = std::function<absl::Status(Duration timeout)>;
+  // Loop thread; what besides a probe answer makes the share ready.
+  using ReadinessCheck = std::function<absl::Status()>;
+  using StatusObserver = std::function<void(const SupervisorStatus&)>;
+
+  Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober, ReadinessCheck ready,
+             const TimeSource& clock);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // All below: loop thread only.
+  void AddStatusObserver(StatusObserver observer) { observers_.push_back(std::move(observer)); }
+  // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by BlockSupervisedSignals)
+  // and starts the child. The loop quits once an Outcome is reached.
+  void Start();
+  void Stop(std::string reason);
+  void SignalChild(int sig);
+  // Re-evaluates readiness now (e.g. after the export changed).
+  void Reevaluate();
+
+  std::optional<Outcome> outcome() const { return outcome_; }
+  const SupervisorStatus& status() const { return status_; }
+
+ private:
+  class ProbeWorker;
+
+  void SpawnChild();
+  void OnChildExit();
+  void OnChildOutput();
+  void OnSignal();
+  void ReapOrphans();
+  void OnProbeTimer();
+  void OnProbeResult(uint64_t instance, absl::Status result);
+  void HandleProbeResult(uint64_t instance, absl::Status result);
+  void Kill(std::string reason);
+  void Finish(Outcome outcome);
+  void Publish();
+  void Unwatch(uint64_t& token);
+
+  EventLoop& loop_;
+  SupervisorOptions options_;
+  Prober prober_;
+  ReadinessCheck ready_;
+  const TimeSource& clock_;
+  RestartPolicy policy_;
+  HealthStateMachine machine_;
+  SupervisorStatus status_;
+  std::vector<StatusObserver> observers_;
+
+  std::optional<ChildProcess> child_;
+  uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored
+  uint64_t pidfd_token_ = 0;
+  uint64_t output_token_ = 0;
+  uint64_t signal_token_ = 0;
+  UniqueFd signal_fd_;
+  std::optional<LineLogger> output_;
+  std::optional<LogFileFollower> log_file_;
+  bool answered_ = false;
+  bool probe_pending_ = false;
+  int misses_ = 0;
+  std::string last_probe_error_;
+  std::string kill_reason_;
+  TimePoint start_deadline_{};
+  std::optional<Outcome> outcome_;
+
+  Timer probe_timer_;
+  Timer restart_timer_;
+  Timer stop_timer_;
+  Timer linger_timer_;
+  std::unique_ptr<ProbeWorker> probe_worker_;
+};
+
+// Blocks SIGTERM, SIGINT and SIGCHLD in the calling thread, and so in every
+// thread it creates afterwards: call first thing in main, before any thread starts.
+void BlockSupervisedSignals();
+
+// Makes this process the reaper of orphaned descendants (unless it is PID 1,
+// which already is), so no zombie outlives its parent.
+void BecomeSubreaper();
+
+}  // namespace supervisor

@@ -1,0 +1,364 @@
+// share-manager daemon end to end: a real ganesha.nfsd on 127.0.0.1, a real
+// NFS client (libnfs), real signals. Ports are picked free per test.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/daemon_process.h"
+#include "tests/support/nfs_client.h"
+
+namespace {
+
+namespace v1 = sharemanager::v1;
+using std::chrono::milliseconds;
+using testing_support::DaemonProcess;
+using testing_support::DaemonSpec;
+using testing_support::ReadOnce;
+using testing_support::RunCommand;
+using testing_support::ShareManagerBinary;
+using testing_support::WriteOnce;
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<DaemonProcess> StartDaemon(DaemonSpec spec = {}) {
+  auto d = DaemonProcess::Start(std::move(spec));
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  return std::move(*d);
+}
+
+std::string ReadLocal(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Writes through NFS, retrying while ganesha is (re)starting or in grace.
+absl::Status WriteEventually(const DaemonProcess& d, const std::string& path,
+                             const std::string& data, milliseconds timeout = milliseconds(20'000)) {
+  const auto deadline = Clock::now() + timeout;
+  absl::Status last;
+  while (Clock::now() < deadline) {
+    last = WriteOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path, data, milliseconds(2000));
+    if (last.ok()) return last;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return last;
+}
+
+// Reads through NFS, retrying while ganesha is in grace after a restart.
+absl::StatusOr<std::string> ReadEventually(const DaemonProcess& d, const std::string& path,
+                                           milliseconds timeout = milliseconds(20'000)) {
+  const auto deadline = Clock::now() + timeout;
+  absl::StatusOr<std::string> last = absl::DeadlineExceededError("no attempt");
+  while (Clock::now() < deadline) {
+    last = ReadOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path, milliseconds(2000));
+    if (last.ok()) return last;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return last;
+}
+
+bool WaitGone(pid_t pid, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (kill(pid, 0) != 0) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = ReadLocal(entry.path().string() + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("1. SERVING: a file written through NFS reads back through NFS and lands in the export") {
+  auto d = StartDaemon();
+  const auto status = d->Status();
+  REQUIRE(status.ok());
+  CHECK(status->state() == v1::SERVING);
+  CHECK(status->ganesha_pid() > 0);
+  CHECK(status->exported());
+  CHECK(status->volume() == "pvc-test");
+  CHECK(status->nfs_port() == d->nfs_port());
+  CHECK(*d->HealthServing(""));
+  CHECK(*d->HealthServing("readiness"));
+  CHECK(*d->HealthServing("liveness"));
+
+  const std::string data = std::string(10'000, 'x') + "end";  // several NFS write chunks
+  const auto written = WriteEventually(*d, "/hello.txt", data);
+  REQUIRE_MESSAGE(written.ok(), written.ToString());
+  const auto back = ReadEventually(*d, "/hello.txt");
+  REQUIRE_MESSAGE(back.ok(), back.status().ToString());
+  CHECK(*back == data);
+  CHECK(ReadLocal(d->export_dir() + "/hello.txt") == data);
+}
+
+TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, writes resume") {
+  auto d = StartDaemon();
+  REQUIRE(WriteEventually(*d, "/before.txt", "before").ok());
+  const auto serving = d->Status();
+  REQUIRE(serving.ok());
+  const pid_t old_pid = serving->ganesha_pid();
+  REQUIRE(kill(old_pid, SIGKILL) == 0);
+
+  const auto left = d->WaitFor(
+      [&](const v1::ShareStatus& s) { return s.restart_count() >= 1; }, milliseconds(5000),
+      "a restart");
+  REQUIRE_MESSAGE(left.ok(), left.status().ToString());
+  CHECK(left->last_exit().present());
+  CHECK(left->last_exit().signal() == SIGKILL);
+  const auto again = d->WaitServing();
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+  CHECK(again->ganesha_pid() != old_pid);
+  CHECK(again->ganesha_pid() > 0);
+  CHECK(again->restart_count() == 1);
+  CHECK(WaitGone(old_pid, milliseconds(2000)));
+
+  const auto before = ReadEventually(*d, "/before.txt");
+  REQUIRE_MESSAGE(before.ok(), before.status().ToString());
+  CHECK(*before == "before");
+  CHECK(WriteEventually(*d, "/after.txt", "after").ok());
+  CHECK(ReadLocal(d->export_dir() + "/after.txt") == "after");
+}
+
+TEST_CASE("3. SIGSTOP ganesha: the hang is detected by NULL probes, ganesha is killed and restarted") {
+  auto d = StartDaemon({.extra_flags = {"--probe-interval", "200ms", "--probe-failures", "3"}});
+  const pid_t old_pid = d->Status()->ganesha_pid();
+  REQUIRE(kill(old_pid, SIGSTOP) == 0);
+  const auto restarted = d->WaitFor(
+      [&](const v1::ShareStatus& s) {
+        return s.state() == v1::SERVING && s.ganesha_pid() != old_pid;
+      },
+      milliseconds(10'000), "SERVING with a new ganesha");
+  REQUIRE_MESSAGE(restarted.ok(), restarted.status().ToString(), "\n", d->output());
+  CHECK(restarted->last_exit().signal() == SIGKILL);
+  CHECK(restarted->last_exit().description().find("hung") != std::string::npos);
+  CHECK(WaitGone(old_pid, milliseconds(2000)));
+  CHECK(WriteEventually(*d, "/after-hang.txt", "ok").ok());
+}
+
+TEST_CASE("4. beyond the death budget: FAILED, health NOT_SERVING, exit code 3") {
+  auto d = StartDaemon({.extra_flags = {"--max-deaths", "1", "--failed-linger", "2s"}});
+  for (int kills = 0; kills < 2; ++kills) {
+    const auto s = d->WaitServing();
+    REQUIRE_MESSAGE(s.ok(), s.status().ToString());
+    REQUIRE(kill(s->ganesha_pid(), SIGKILL) == 0);
+    REQUIRE(d->WaitFor([&](const v1::ShareStatus& st) { return st.ganesha_pid() != s->ganesha_pid(); },
+                       milliseconds(5000), "ganesha to be reaped")
+                .ok());
+  }
+  const auto failed = d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
+                                 milliseconds(5000), "FAILED");
+  REQUIRE_MESSAGE(failed.ok(), failed.status().ToString());
+  CHECK(failed->reason().find("giving up") != std::string::npos);
+  // The final status stays readable during the linger, and health says so.
+  CHECK_FALSE(*d->HealthServing(""));
+  CHECK_FALSE(*d->HealthServing("liveness"));
+  const auto code = d->WaitExit(milliseconds(10'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 3);
+  CHECK(d->output().find("exiting with code 3") != std::string::npos);
+}
+
+TEST_CASE("5. a frozen share-manager: client commands fail within their timeout, never hang") {
+  auto d = StartDaemon();
+  d->Signal(SIGSTOP);
+  for (const char* cmd : {"status", "probe", "mount"}) {
+    CAPTURE(cmd);
+    const auto result =
+        RunCommand({ShareManagerBinary(), cmd, "--addr", d->addr(), "--timeout", "1s"});
+    CHECK(result.exit_code != 0);
+    CHECK(result.exit_code != 4);  // not "NOT_SERVING": it could not ask
+    // Bounded: the 1 s deadline plus process start-up, with a wide margin for a noisy machine.
+    CHECK(result.elapsed < milliseconds(5000));
+    CHECK(result.output.find("share-manager:") != std::string::npos);
+  }
+  d->Signal(SIGCONT);
+  CHECK(d->WaitServing().ok());
+}
+
+TEST_CASE("6. SIGTERM: NOT_SERVING, ganesha gone, no zombies, exit 0") {
+  auto d = StartDaemon();
+  const pid_t ganesha = d->Status()->ganesha_pid();
+  d->Signal(SIGTERM);
+  const auto code = d->WaitExit(milliseconds(10'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);
+  CHECK(WaitGone(ganesha, milliseconds(2000)));
+  CHECK(ChildrenOf(d->pid()).empty());
+  CHECK(d->output().find("state SERVING -> STOPPING: received SIGTERM") != std::string::npos);
+  CHECK_FALSE(d->Status(milliseconds(500)).ok());  // no longer accepting RPCs
+}
+
+TEST_CASE("7. WatchStatus streams the crash transitions in order, each message different") {
+  auto d = StartDaemon();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = d->Stub()->WatchStatus(&context, v1::WatchStatusRequest());
+  v1::ShareStatus first;
+  REQUIRE(stream->Read(&first));
+  CHECK(first.state() == v1::SERVING);
+  REQUIRE(kill(first.ganesha_pid(), SIGKILL) == 0);
+
+  std::vector<v1::ShareStatus> seen{first};
+  v1::ShareStatus next;
+  while (stream->Read(&next)) {
+    seen.push_back(next);
+    if (next.state() == v1::SERVING) break;
+  }
+  context.TryCancel();
+  REQUIRE(seen.size() >= 3);
+  CHECK(seen[1].state() == v1::DEGRADED);
+  CHECK(seen[1].reason().find("killed by signal 9") != std::string::npos);
+  CHECK(seen.back().state() == v1::SERVING);
+  CHECK(seen.back().ganesha_pid() != first.ganesha_pid());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    CAPTURE(i);
+    CHECK(seen[i].version() > seen[i - 1].version());
+    // No periodic repeats: every message differs in something besides version and uptimes.
+    v1::ShareStatus a = seen[i - 1], b = seen[i];
+    for (auto* s : {&a, &b}) {
+      s->clear_version();
+      s->clear_uptime_ms();
+      s->clear_ganesha_uptime_ms();
+    }
+    CHECK(a.SerializeAsString() != b.SerializeAsString());
+  }
+}
+
+TEST_CASE("Unmount withdraws the export while ganesha keeps running and Mount brings it back by generation") {
+  auto d = StartDaemon({.extra_flags = {"--epoch", "7"}});
+  REQUIRE(WriteEventually(*d, "/kept.txt", "kept").ok());
+  const pid_t ganesha = d->Status()->ganesha_pid();
+  auto stub = d->Stub();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    v1::UnmountRequest req;
+    req.set_epoch(7);
+    v1::UnmountResponse resp;
+    REQUIRE(stub->Unmount(&ctx, req, &resp).ok());
+    CHECK_FALSE(resp.status().exported());
+  }
+  const auto down = d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::DEGRADED; },
+                               milliseconds(5000), "DEGRADED after Unmount");
+  REQUIRE(down.ok());
+  CHECK(down->ganesha_pid() == ganesha);
+  CHECK_FALSE(*d->HealthServing("readiness"));
+  CHECK(*d->HealthServing("liveness"));  // a restart would not help: stay live
+  std::this_thread::sleep_for(milliseconds(300));  // ganesha rereads its exports on SIGHUP
+  CHECK_FALSE(ReadOnce("127.0.0.1", d->nfs_port(), d->pseudo_path(), "/kept.txt").ok());
+
+  auto mount = [&](uint64_t epoch, uint64_t generation) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    v1::MountRequest req;
+    req.set_epoch(epoch);
+    req.set_generation(generation);
+    v1::MountResponse resp;
+    const auto status = stub->Mount(&ctx, req, &resp);
+    return std::pair{status, resp};
+  };
+  auto [stale, ignored] = mount(6, 1);
+  CHECK(stale.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(stale.error_message().find("stale epoch") != std::string::npos);
+
+  auto [ok, resp] = mount(7, 3);
+  REQUIRE_MESSAGE(ok.ok(), ok.error_message());
+  CHECK(resp.handled_generation() == 3);
+  REQUIRE(d->WaitServing().ok());
+  const auto kept = ReadEventually(*d, "/kept.txt");
+  REQUIRE_MESSAGE(kept.ok(), kept.status().ToString());
+  CHECK(*kept == "kept");
+
+  auto [again, same] = mount(0, 3);  // already handled: a no-op
+  REQUIRE(again.ok());
+  CHECK(same.handled_generation() == 3);
+  auto [more, next] = mount(0, 0);  // "one more"
+  REQUIRE(more.ok());
+  CHECK(next.handled_generation() == 4);
+  CHECK(d->Status()->remount_generation() == 4);
+  CHECK(d->Status()->ganesha_pid() == ganesha);
+}
+
+TEST_CASE("bad flags: one clear line, exit code 2, nothing started") {
+  struct Case {
+    std::vector<std::string> args;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{"--volume", "Bad_Name"}, "--volume"},
+      {{"--volume", "pvc-1", "--export-dir", "/x\"}"}, "--export-dir"},
+      {{"--volume", "pvc-1", "--export-dir", "/a/../b"}, "--export-dir"},
+      {{"--volume", "pvc-1", "--grace-period", "10", "--lease-lifetime", "60"}, "--grace-period"},
+      {{"--volume", "pvc-1", "--probe-interval", "fast"}, "--probe-interval"},
+      {{"--volume", "pvc-1", "--nfs-port", "notaport"}, "--nfs-port"},
+      {{}, "--volume"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {ShareManagerBinary(), "daemon", "--state-dir",
+                                     "/tmp/sharemgr-never-created"};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    CAPTURE(c.expect);
+    const auto result = RunCommand(argv);
+    CHECK(result.exit_code == 2);
+    CHECK(result.output.find(c.expect) != std::string::npos);
+  }
+  CHECK_FALSE(std::filesystem::exists("/tmp/sharemgr-never-created"));
+}
+
+TEST_CASE("client commands: status --json, probe exit codes, unreachable server") {
+  auto d = StartDaemon();
+  const auto json = RunCommand({ShareManagerBinary(), "status", "--json", "--addr", d->addr()});
+  CHECK(json.exit_code == 0);
+  CHECK(json.output.find("\"state\":\"SERVING\"") != std::string::npos);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr()}).exit_code == 0);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "liveness"})
+            .exit_code == 0);
+  const auto unknown =
+      RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "nope"});
+  CHECK(unknown.exit_code == 3);  // NOT_FOUND from the health service: an RPC failure
+  const auto closed = testing_support::PickFreePort();
+  const auto refused = RunCommand({ShareManagerBinary(), "status", "--addr",
+                                   "127.0.0.1:" + std::to_string(closed), "--timeout", "1s"});
+  CHECK(refused.exit_code == 2);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--bogus"}).exit_code == 1);
+  const auto version = RunCommand({ShareManagerBinary(), "--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(version.output.find("share-manager ") == 0);
+}
+
+TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4)") {
+  auto d = StartDaemon();
+  char tmpl[] = "/tmp/sharemgr-dup-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const auto result = RunCommand(
+      {ShareManagerBinary(), "daemon", "--volume", "pvc-dup", "--export-dir", dir + "/e",
+       "--state-dir", dir + "/s", "--nfs-address", "127.0.0.1", "--nfs-port",
+       std::to_string(testing_support::PickFreePort()), "--listen", d->addr()},
+      milliseconds(10'000));
+  std::filesystem::remove_all(dir);
+  CHECK(result.exit_code == 4);
+  CHECK(result.output.find("cannot serve gRPC") != std::string::npos);
+}

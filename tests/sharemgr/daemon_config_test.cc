@@ -1,0 +1,67 @@
+#include "sharemgr/daemon_config.h"
+
+#include <doctest/doctest.h>
+
+namespace sharemgr {
+
+TEST_CASE("defaults follow the volume name and are valid") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  const auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->state_dir == "/var/lib/share-manager/pvc-1");
+  CHECK(config->ganesha.input().export_dir == "/export/pvc-1");
+  CHECK(config->ganesha.input().recovery_root == "/var/lib/share-manager/pvc-1/recovery");
+  CHECK(config->probe_host == "127.0.0.1");  // bound to 0.0.0.0: probe over loopback
+  CHECK(config->supervisor.probe_interval == supervisor::Duration(1000));
+  CHECK(config->supervisor.probe_failures == 3);
+  CHECK(config->supervisor.restart.max_deaths == 5);
+  CHECK(config->supervisor.restart.death_window == std::chrono::minutes(10));
+  const auto& cmd = config->supervisor.command;
+  REQUIRE(cmd.size() >= 2);
+  CHECK(cmd[0] == "ganesha.nfsd");
+  CHECK(cmd[1] == "-F");
+}
+
+TEST_CASE("bad flags are refused with a message naming the flag") {
+  struct Case {
+    void (*mutate)(DaemonFlags&);
+    const char* flag;
+  };
+  const Case cases[] = {
+      {[](DaemonFlags& f) { f.volume = "Bad_Name"; }, "--volume"},
+      {[](DaemonFlags& f) { f.listen = "9600"; }, "--listen"},
+      {[](DaemonFlags& f) { f.listen = "host.example:9600"; }, "--listen"},
+      {[](DaemonFlags& f) { f.listen = "127.0.0.1:99999"; }, "--listen"},
+      {[](DaemonFlags& f) { f.socket = "relative.sock"; }, "--socket"},
+      {[](DaemonFlags& f) { f.state_dir = "/state/../etc"; }, "--state-dir"},
+      {[](DaemonFlags& f) { f.probe_interval = "1h"; }, "--probe-interval"},
+      {[](DaemonFlags& f) { f.probe_interval = "1ms"; }, "--probe-interval"},
+      {[](DaemonFlags& f) { f.probe_failures = 0; }, "--probe-failures"},
+      {[](DaemonFlags& f) { f.max_deaths = -1; }, "--max-deaths"},
+      {[](DaemonFlags& f) { f.stop_timeout = "soon"; }, "--stop-timeout"},
+      {[](DaemonFlags& f) { f.grace_period = 10; }, "--grace-period"},
+      {[](DaemonFlags& f) { f.nfs_port = 70000; }, "--nfs-port"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.flag);
+    DaemonFlags flags;
+    flags.volume = "pvc-1";
+    c.mutate(flags);
+    const auto config = ResolveDaemonConfig(flags);
+    REQUIRE_FALSE(config.ok());
+    CHECK(std::string(config.status().message()).find(c.flag) != std::string::npos);
+  }
+}
+
+TEST_CASE("[v6]:port and :port listen addresses are accepted") {
+  for (const char* listen : {"[::1]:9600", ":9600", "localhost:9600", "0.0.0.0:1"}) {
+    CAPTURE(listen);
+    DaemonFlags flags;
+    flags.volume = "pvc-1";
+    flags.listen = listen;
+    CHECK(ResolveDaemonConfig(flags).ok());
+  }
+}
+
+}  // namespace sharemgr

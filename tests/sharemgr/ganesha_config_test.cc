@@ -1,0 +1,86 @@
+#include "sharemgr/ganesha_config.h"
+
+#include <doctest/doctest.h>
+
+namespace sharemgr {
+namespace {
+
+GaneshaConfigInput GoodInput() {
+  return {.volume = "pvc-1",
+          .export_dir = "/export/pvc-1",
+          .bind_address = "127.0.0.1",
+          .nfs_port = 20490,
+          .grace_seconds = 90,
+          .lease_seconds = 60,
+          .recovery_root = "/var/lib/share-manager/pvc-1/recovery",
+          .plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha"};
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("the rendered config is NFSv4 only, bound as asked, with recovery under the state dir") {
+  const auto config = GaneshaConfig::Create(GoodInput());
+  REQUIRE(config.ok());
+  const std::string text = config->Render(true);
+  CHECK(Contains(text, "NFS_Port = 20490;"));
+  CHECK(Contains(text, "Bind_addr = 127.0.0.1;"));
+  CHECK(Contains(text, "Protocols = 4;"));
+  CHECK(Contains(text, "Enable_NLM = false;"));
+  CHECK(Contains(text, "Enable_RQUOTA = false;"));
+  CHECK(Contains(text, "Enable_UDP = false;"));
+  CHECK(Contains(text, "Grace_Period = 90;"));
+  CHECK(Contains(text, "Lease_Lifetime = 60;"));
+  CHECK(Contains(text, "RecoveryBackend = fs;"));
+  CHECK(Contains(text, "RecoveryRoot = \"/var/lib/share-manager/pvc-1/recovery\";"));
+  CHECK(Contains(text, "Path = \"/export/pvc-1\";"));
+  CHECK(Contains(text, "Pseudo = \"/pvc-1\";"));
+  CHECK(Contains(text, "Transports = TCP;"));
+  CHECK(config->pseudo_path() == "/pvc-1");
+}
+
+TEST_CASE("without the export the config has no EXPORT block but everything else") {
+  const auto config = GaneshaConfig::Create(GoodInput());
+  REQUIRE(config.ok());
+  const std::string text = config->Render(false);
+  CHECK_FALSE(Contains(text, "EXPORT"));
+  CHECK(Contains(text, "NFS_Port = 20490;"));
+  CHECK(Contains(text, "RecoveryRoot"));
+}
+
+TEST_CASE("Create refuses every unsafe input, so nothing unchecked reaches the file") {
+  struct Case {
+    const char* name;
+    void (*mutate)(GaneshaConfigInput&);
+    const char* flag;
+  };
+  const Case cases[] = {
+      {"volume with a brace", [](GaneshaConfigInput& i) { i.volume = "pvc}"; }, "--volume"},
+      {"volume too long", [](GaneshaConfigInput& i) { i.volume = std::string(64, 'a'); }, "--volume"},
+      {"export escapes the quotes",
+       [](GaneshaConfigInput& i) { i.export_dir = "/x\"; Access_Type = RW; #"; }, "--export-dir"},
+      {"export relative", [](GaneshaConfigInput& i) { i.export_dir = "export"; }, "--export-dir"},
+      {"export with ..", [](GaneshaConfigInput& i) { i.export_dir = "/export/../etc"; }, "--export-dir"},
+      {"bind is a name", [](GaneshaConfigInput& i) { i.bind_address = "nfs.local"; }, "--nfs-address"},
+      {"bind injects", [](GaneshaConfigInput& i) { i.bind_address = "1.2.3.4; }"; }, "--nfs-address"},
+      {"port 0", [](GaneshaConfigInput& i) { i.nfs_port = 0; }, "--nfs-port"},
+      {"grace < lease", [](GaneshaConfigInput& i) { i.grace_seconds = 10; }, "--grace-period"},
+      {"lease 0", [](GaneshaConfigInput& i) { i.lease_seconds = 0; }, "--lease-lifetime"},
+      {"recovery with newline", [](GaneshaConfigInput& i) { i.recovery_root = "/s\n}"; }, "--state-dir"},
+      {"plugins relative", [](GaneshaConfigInput& i) { i.plugins_dir = "lib"; }, "--ganesha-plugins-dir"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    auto input = GoodInput();
+    c.mutate(input);
+    const auto config = GaneshaConfig::Create(input);
+    REQUIRE_FALSE(config.ok());
+    CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(config.status().message()).find(c.flag) != std::string::npos);
+  }
+}
+
+}  // namespace sharemgr

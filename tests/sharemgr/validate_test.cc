@@ -1,0 +1,76 @@
+#include "sharemgr/validate.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace sharemgr {
+
+TEST_CASE("volume names are DNS-1123 labels") {
+  for (const char* good : {"a", "pvc-1", "0abc", "pvc-3f2b6c1e-8d7a-4c1b-9b8e-2f1d5a6c7b8d"}) {
+    CAPTURE(good);
+    CHECK(ValidateVolumeName(good).ok());
+  }
+  const std::string too_long(64, 'a');
+  for (const std::string& bad :
+       {std::string(""), too_long, std::string("-pvc"), std::string("pvc-"), std::string("PVC"),
+        std::string("pvc_1"), std::string("pvc.1"), std::string("pvc 1"), std::string("pvc/1"),
+        std::string("pvc\n1"), std::string("pvc\"1"), std::string("pvc}1")}) {
+    CAPTURE(bad);
+    const auto status = ValidateVolumeName(bad);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(status.message()).find("--volume") == 0);
+    CHECK(std::string(status.message()).find('\n') == std::string::npos);
+  }
+  CHECK(ValidateVolumeName(std::string(63, 'a')).ok());
+}
+
+TEST_CASE("config paths are absolute and cannot escape a quoted ganesha.conf string") {
+  for (const char* good : {"/export/pvc-1", "/", "/a b/c", "/var/lib/share-manager/x.y"}) {
+    CAPTURE(good);
+    CHECK(ValidateConfigPath("--export-dir", good).ok());
+  }
+  for (const std::string& bad : {
+           std::string(""),
+           std::string("relative/path"),
+           std::string("/export/../etc"),
+           std::string("/export/./x"),
+           std::string("/export/.."),
+           std::string("/export\"; } EXPORT { Path = \"/"),
+           std::string("/export/x'y"),
+           std::string("/export/{x}"),
+           std::string("/export/a;b"),
+           std::string("/export/a#b"),
+           std::string("/export/a\\b"),
+           std::string("/export/a\nb"),
+           std::string("/export/a\tb"),
+           std::string("/export/a\x7f"),
+           std::string("/export/a\0b", 10),
+           std::string("/") + std::string(1100, 'a'),
+       }) {
+    CAPTURE(bad);
+    const auto status = ValidateConfigPath("--export-dir", bad);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    // One line, printable, naming the flag.
+    const std::string message(status.message());
+    CHECK(message.find("--export-dir") == 0);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("addresses, ports, grace and lease") {
+  CHECK(ValidateIpAddress("--nfs-address", "127.0.0.1").ok());
+  CHECK(ValidateIpAddress("--nfs-address", "::1").ok());
+  CHECK_FALSE(ValidateIpAddress("--nfs-address", "localhost").ok());
+  CHECK_FALSE(ValidateIpAddress("--nfs-address", "127.0.0.1; }").ok());
+  CHECK(ValidatePort("--nfs-port", 20490).ok());
+  CHECK_FALSE(ValidatePort("--nfs-port", 0).ok());
+  CHECK_FALSE(ValidatePort("--nfs-port", 65536).ok());
+  CHECK(ValidateGraceAndLease(90, 60).ok());
+  CHECK(ValidateGraceAndLease(2, 2).ok());
+  CHECK_FALSE(ValidateGraceAndLease(30, 60).ok());
+  CHECK_FALSE(ValidateGraceAndLease(0, 0).ok());
+  CHECK_FALSE(ValidateGraceAndLease(4000, 60).ok());
+}
+
+}  // namespace sharemgr

@@ -1,0 +1,229 @@
+// The supervisor against real child processes (/bin/sleep stands in for
+// ganesha) with a scripted prober: restart in place, hang detection, the
+// death budget and stopping. The same logic runs against real ganesha in
+// tests/integration.
+#include "supervisor/supervisor.h"
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <thread>
+
+namespace supervisor {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Runs a Supervisor on its own loop thread and records every published status.
+class Harness {
+ public:
+  explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"}) {
+    options.command = std::move(command);
+    thread_ = std::thread([this, options] {
+      EventLoop loop;
+      loop_ = &loop;
+      Supervisor sup(
+          loop, options,
+          [this](Duration timeout) -> absl::Status {
+            if (probe_ok_) return absl::OkStatus();
+            std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
+            return absl::DeadlineExceededError("scripted probe failure");
+          },
+          [this] { return ready_ ? absl::OkStatus() : absl::UnavailableError("not ready"); },
+          clock_);
+      sup_ = &sup;
+      sup.AddStatusObserver([this](const SupervisorStatus& s) {
+        std::lock_guard lock(mu_);
+        history_.push_back(s);
+        cv_.notify_all();
+      });
+      sup.Start();
+      started_.set_value();
+      loop.Run();
+      outcome_ = sup.outcome();
+      sup_ = nullptr;
+    });
+    started_.get_future().wait();
+  }
+  ~Harness() {
+    if (thread_.joinable()) {
+      Run([](Supervisor& s) { s.Stop("test over"); });
+      thread_.join();
+    }
+  }
+
+  // Runs fn on the loop thread and waits for it.
+  void Run(std::function<void(Supervisor&)> fn) {
+    std::promise<void> done;
+    loop_->Post([&] {
+      if (sup_) fn(*sup_);
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+  SupervisorStatus WaitFor(const std::function<bool(const SupervisorStatus&)>& pred,
+                           milliseconds timeout = milliseconds(10'000)) {
+    std::unique_lock lock(mu_);
+    const bool ok = cv_.wait_for(lock, timeout, [&] {
+      return !history_.empty() && pred(history_.back());
+    });
+    REQUIRE_MESSAGE(ok, "condition not reached; last reason: ",
+                    history_.empty() ? "" : history_.back().reason);
+    return history_.back();
+  }
+
+  std::optional<Outcome> Join() {
+    thread_.join();
+    return outcome_;
+  }
+
+  std::vector<SupervisorStatus> history() {
+    std::lock_guard lock(mu_);
+    return history_;
+  }
+
+  std::atomic<bool> probe_ok_{true};
+  std::atomic<bool> ready_{true};
+
+ private:
+  SteadyTimeSource clock_;
+  EventLoop* loop_ = nullptr;
+  Supervisor* sup_ = nullptr;
+  std::promise<void> started_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<SupervisorStatus> history_;
+  std::optional<Outcome> outcome_;
+  std::thread thread_;
+};
+
+SupervisorOptions FastOptions() {
+  SupervisorOptions o;
+  o.probe_interval = milliseconds(50);
+  o.probe_failures = 3;
+  o.start_timeout = milliseconds(2000);
+  o.stop_timeout = milliseconds(500);
+  o.failed_linger = milliseconds(100);
+  o.restart.initial_backoff = milliseconds(10);
+  o.restart.max_backoff = milliseconds(50);
+  o.restart.max_deaths = 3;
+  return o;
+}
+
+bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+auto StateIs(State s) {
+  return [s](const SupervisorStatus& st) { return st.state == s; };
+}
+
+}  // namespace
+
+TEST_CASE("a child that answers becomes SERVING; killing it restarts it in place") {
+  Harness h(FastOptions());
+  const auto serving = h.WaitFor(StateIs(State::kServing));
+  const pid_t first = serving.pid;
+  REQUIRE(Alive(first));
+  kill(first, SIGKILL);
+  const auto degraded = h.WaitFor(StateIs(State::kDegraded));
+  CHECK(degraded.last_exit.has_value());
+  CHECK(degraded.last_exit->signal == SIGKILL);
+  const auto again = h.WaitFor(StateIs(State::kServing));
+  CHECK(again.pid != first);
+  CHECK(again.restarts == 1);
+  CHECK(Alive(again.pid));
+}
+
+TEST_CASE("readiness waits for the extra check, not just the probe") {
+  SupervisorOptions options = FastOptions();
+  Harness h(options);
+  h.WaitFor(StateIs(State::kServing));
+  h.ready_ = false;
+  h.Run([](Supervisor& s) { s.Reevaluate(); });
+  const auto degraded = h.WaitFor(StateIs(State::kDegraded));
+  CHECK(degraded.reason == "not ready");
+  CHECK(Alive(degraded.pid));  // the child is fine; nothing was killed
+  h.ready_ = true;
+  h.Run([](Supervisor& s) { s.Reevaluate(); });
+  h.WaitFor(StateIs(State::kServing));
+}
+
+TEST_CASE("a child that stops answering is hung: killed after N misses and restarted") {
+  Harness h(FastOptions());
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  h.probe_ok_ = false;
+  const auto killed = h.WaitFor([&](const SupervisorStatus& s) {
+    return s.last_exit.has_value() && s.pid != first;
+  });
+  CHECK(killed.last_exit->signal == SIGKILL);
+  CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed") != std::string::npos);
+  CHECK_FALSE(Alive(first));
+  h.probe_ok_ = true;
+  CHECK(h.WaitFor(StateIs(State::kServing)).restarts == 1);
+}
+
+TEST_CASE("the death budget: one death more than allowed is FAILED, then the run ends") {
+  SupervisorOptions options = FastOptions();
+  options.restart.max_deaths = 2;
+  Harness h(options);
+  for (int i = 0; i < 3; ++i) {
+    const auto s = h.WaitFor([](const SupervisorStatus& st) {
+      return st.state == State::kServing || st.state == State::kFailed;
+    });
+    if (s.state == State::kFailed) break;
+    kill(s.pid, SIGKILL);
+    h.WaitFor([&](const SupervisorStatus& st) { return st.pid != s.pid; });
+  }
+  const auto failed = h.WaitFor(StateIs(State::kFailed));
+  CHECK(failed.reason.find("exceed the budget of 2") != std::string::npos);
+  CHECK(failed.pid == 0);
+  CHECK(h.Join() == Outcome::kFailed);
+}
+
+TEST_CASE("a program that cannot be executed spends the budget instead of looping") {
+  Harness h(FastOptions(), {"/nonexistent/ganesha.nfsd"});
+  const auto failed = h.WaitFor(StateIs(State::kFailed));
+  CHECK(failed.reason.find("cannot start ganesha") != std::string::npos);
+  CHECK(h.Join() == Outcome::kFailed);
+}
+
+TEST_CASE("a child that never answers is killed at the start timeout") {
+  SupervisorOptions options = FastOptions();
+  options.start_timeout = milliseconds(200);
+  Harness h(options);
+  h.probe_ok_ = false;  // may race the first probe; the check below waits for a kill either way
+  h.WaitFor([](const SupervisorStatus& s) {
+    return s.last_exit.has_value() &&
+           s.last_exit_description.find("did not answer NFS NULL within") != std::string::npos;
+  });
+}
+
+TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then the run ends") {
+  Harness h(FastOptions());
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  kill(pid, SIGSTOP);
+  h.Run([](Supervisor& s) { s.Stop("test"); });
+  CHECK(h.Join() == Outcome::kStopped);
+  CHECK_FALSE(Alive(pid));
+  const auto last = h.history().back();
+  CHECK(last.state == State::kStopping);
+  CHECK(last.pid == 0);
+}
+
+TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
+  BecomeSubreaper();
+  // sh starts a grandchild and exits; the grandchild is re-parented to us and must be reaped.
+  Harness h(FastOptions(), {"sh", "-c", "(sleep 0.2 &); exec sleep 1000"});
+  h.WaitFor(StateIs(State::kServing));
+  std::this_thread::sleep_for(milliseconds(600));
+  siginfo_t info{};
+  // Nothing but the supervised child may be waitable (it is alive, so nothing at all).
+  CHECK(waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0);
+  CHECK(info.si_pid == 0);
+}
+
+}  // namespace supervisor

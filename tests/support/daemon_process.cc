@@ -1,0 +1,235 @@
+#include "tests/support/daemon_process.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "supervisor/unique_fd.h"
+
+namespace testing_support {
+namespace {
+
+namespace v1 = sharemanager::v1;
+using Clock = std::chrono::steady_clock;
+
+bool WaitReadable(int fd, milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, static_cast<int>(timeout.count())) > 0;
+}
+
+int ExitCodeOf(const supervisor::ChildExit& exit) {
+  return exit.signal != 0 ? 128 + exit.signal : exit.code;
+}
+
+}  // namespace
+
+uint16_t PickFreePort() {
+  supervisor::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return 0;
+  }
+  return ntohs(addr.sin_port);
+}
+
+std::string ShareManagerBinary() {
+  if (const char* env = std::getenv("SHAREMGR_BINARY")) return env;
+  return SHAREMGR_BINARY;
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv, milliseconds timeout) {
+  CommandResult result;
+  const auto start = Clock::now();
+  auto child = supervisor::ChildProcess::Spawn(argv);
+  if (!child.ok()) {
+    result.output = std::string(child.status().message());
+    return result;
+  }
+  const auto deadline = start + timeout;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      child->SignalGroup(SIGKILL);
+      result.output += "\n[killed: timeout]";
+    }
+    pollfd fds[2] = {{child->output_fd(), POLLIN, 0}, {child->pidfd(), POLLIN, 0}};
+    poll(fds, 2, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    ssize_t n;
+    while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0) {
+      result.output.append(buf, static_cast<size_t>(n));
+    }
+    if (fds[1].revents & POLLIN) break;
+  }
+  auto exit = child->Reap();
+  ssize_t n;
+  while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0) {
+    result.output.append(buf, static_cast<size_t>(n));
+  }
+  result.exit_code = exit.ok() ? ExitCodeOf(*exit) : -1;
+  result.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec spec) {
+  std::unique_ptr<DaemonProcess> d(new DaemonProcess());
+  char tmpl[] = "/tmp/sharemgr-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  d->dir_ = tmpl;
+  d->export_dir_ = d->dir_ + "/export";
+  d->state_dir_ = d->dir_ + "/state";
+  d->volume_ = spec.volume;
+  d->nfs_port_ = PickFreePort();
+  d->addr_ = absl::StrCat("127.0.0.1:", PickFreePort());
+  std::vector<std::string> argv = {
+      ShareManagerBinary(), "daemon",         "--volume",       spec.volume,
+      "--export-dir",       d->export_dir_,   "--state-dir",    d->state_dir_,
+      "--nfs-address",      "127.0.0.1",      "--nfs-port",     std::to_string(d->nfs_port_),
+      "--listen",           d->addr_,         "--grace-period", "2",
+      "--lease-lifetime",   "2",              "--stop-timeout", "3s",
+      "--failed-linger",    "1s",             "--log-level",    "debug"};
+  argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
+  auto child = supervisor::ChildProcess::Spawn(argv);
+  if (!child.ok()) return child.status();
+  d->child_ = std::move(*child);
+  d->reader_ = std::thread([raw = d.get(), fd = d->child_->output_fd()] {
+    char buf[4096];
+    while (!raw->stop_reader_) {
+      if (!WaitReadable(fd, milliseconds(50))) continue;
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        std::lock_guard lock(raw->output_mu_);
+        raw->output_.append(buf, static_cast<size_t>(n));
+      }
+      if (n == 0) return;  // the daemon and everything holding its pipe are gone
+    }
+  });
+  if (spec.wait_until_serving) {
+    if (auto s = d->WaitServing(); !s.ok()) {
+      return absl::Status(s.status().code(),
+                          absl::StrCat(s.status().message(), "\ndaemon output:\n", d->output()));
+    }
+  }
+  return d;
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (child_ && !exit_code_) {
+    Signal(SIGCONT);
+    Signal(SIGTERM);
+    if (!WaitExit(milliseconds(8000)).ok()) {
+      child_->SignalGroup(SIGKILL);
+      (void)WaitExit(milliseconds(5000));
+    }
+  }
+  stop_reader_ = true;
+  if (reader_.joinable()) reader_.join();
+  KillLeftovers();
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+// ganesha dies with its parent (PR_SET_PDEATHSIG); this catches anything that
+// slipped through, identified by its pid file and its command line.
+void DaemonProcess::KillLeftovers() {
+  std::ifstream pidfile(state_dir_ + "/ganesha.pid");
+  pid_t pid = 0;
+  if (!(pidfile >> pid) || pid <= 1) return;
+  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::stringstream content;
+  content << cmdline.rdbuf();
+  if (content.str().find(state_dir_) != std::string::npos) {
+    kill(pid, SIGCONT);
+    kill(pid, SIGKILL);
+  }
+}
+
+std::unique_ptr<v1::ShareManager::Stub> DaemonProcess::Stub() const {
+  return v1::ShareManager::NewStub(grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+}
+
+absl::StatusOr<v1::ShareStatus> DaemonProcess::Status(milliseconds timeout) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::ShareStatus status;
+  // A fresh channel per call: a shared one that failed to connect while the
+  // daemon was starting would sit out gRPC's reconnect backoff.
+  auto channel = grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
+  const auto rpc = v1::ShareManager::NewStub(channel)->GetStatus(&context, v1::GetStatusRequest(), &status);
+  if (!rpc.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(rpc.error_code()), rpc.error_message());
+  }
+  return status;
+}
+
+absl::StatusOr<v1::ShareStatus> DaemonProcess::WaitFor(
+    const std::function<bool(const v1::ShareStatus&)>& done, milliseconds timeout,
+    const std::string& what) {
+  const auto deadline = Clock::now() + timeout;
+  absl::StatusOr<v1::ShareStatus> last = absl::UnavailableError("no status yet");
+  while (Clock::now() < deadline) {
+    last = Status(milliseconds(500));
+    if (last.ok() && done(*last)) return last;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "timed out waiting for ", what, "; last: ",
+      last.ok() ? last->ShortDebugString() : std::string(last.status().message())));
+}
+
+absl::StatusOr<v1::ShareStatus> DaemonProcess::WaitServing(milliseconds timeout) {
+  return WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::SERVING; }, timeout,
+                 "SERVING");
+}
+
+absl::StatusOr<bool> DaemonProcess::HealthServing(const std::string& service,
+                                                  milliseconds timeout) const {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const auto rpc = stub->Check(&context, request, &response);
+  if (!rpc.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(rpc.error_code()), rpc.error_message());
+  }
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+void DaemonProcess::Signal(int sig) const {
+  if (child_ && !exit_code_) kill(child_->pid(), sig);
+}
+
+absl::StatusOr<int> DaemonProcess::WaitExit(milliseconds timeout) {
+  if (exit_code_) return *exit_code_;
+  if (!WaitReadable(child_->pidfd(), timeout)) {
+    return absl::DeadlineExceededError("share-manager did not exit in time");
+  }
+  auto exit = child_->Reap();
+  if (!exit.ok()) return exit.status();
+  exit_code_ = ExitCodeOf(*exit);
+  return *exit_code_;
+}
+
+std::string DaemonProcess::output() const {
+  std::lock_guard lock(output_mu_);
+  return output_;
+}
+
+}  // namespace testing_support

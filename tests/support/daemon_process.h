@@ -1,0 +1,98 @@
+// Runs a real `share-manager daemon` (and so a real ganesha.nfsd) for a test
+// or benchmark: free loopback ports, a private temp dir, its log captured,
+// and everything it started killed and removed afterwards, pass or fail.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "sharemanager/v1/sharemanager.grpc.pb.h"
+#include "supervisor/child_process.h"
+
+namespace testing_support {
+
+using std::chrono::milliseconds;
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+uint16_t PickFreePort();
+
+// The share-manager binary under test (set by the build).
+std::string ShareManagerBinary();
+
+// Runs a command to completion, capturing stdout+stderr; returns the exit code.
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+  milliseconds elapsed{0};
+};
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         milliseconds timeout = milliseconds(30'000));
+
+struct DaemonSpec {
+  std::string volume = "pvc-test";
+  // Fast-test defaults; tests append or override with extra flags.
+  std::vector<std::string> extra_flags;
+  bool wait_until_serving = true;
+};
+
+class DaemonProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(DaemonSpec spec = {});
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  const std::string& addr() const { return addr_; }
+  uint16_t nfs_port() const { return nfs_port_; }
+  const std::string& volume() const { return volume_; }
+  std::string pseudo_path() const { return "/" + volume_; }
+  const std::string& export_dir() const { return export_dir_; }
+  const std::string& state_dir() const { return state_dir_; }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
+
+  absl::StatusOr<sharemanager::v1::ShareStatus> Status(milliseconds timeout = milliseconds(2000)) const;
+  // Polls GetStatus until `done` holds; the last status or an error after `timeout`.
+  absl::StatusOr<sharemanager::v1::ShareStatus> WaitFor(
+      const std::function<bool(const sharemanager::v1::ShareStatus&)>& done, milliseconds timeout,
+      const std::string& what);
+  absl::StatusOr<sharemanager::v1::ShareStatus> WaitServing(milliseconds timeout = milliseconds(15'000));
+  // grpc.health.v1 Check: SERVING or not, or an error.
+  absl::StatusOr<bool> HealthServing(const std::string& service,
+                                     milliseconds timeout = milliseconds(2000)) const;
+
+  void Signal(int sig) const;
+  // Waits for the daemon to exit: its exit code, or 128+signal.
+  absl::StatusOr<int> WaitExit(milliseconds timeout);
+  bool exited() const { return exit_code_.has_value(); }
+
+  // Everything the daemon logged so far.
+  std::string output() const;
+  std::unique_ptr<sharemanager::v1::ShareManager::Stub> Stub() const;
+
+ private:
+  DaemonProcess() = default;
+  void KillLeftovers();
+
+  std::string dir_, export_dir_, state_dir_, addr_, volume_;
+  uint16_t nfs_port_ = 0;
+  std::optional<supervisor::ChildProcess> child_;
+  std::optional<int> exit_code_;
+  mutable std::mutex output_mu_;
+  std::string output_;
+  std::atomic<bool> stop_reader_{false};
+  std::thread reader_;
+};
+
+}  // namespace testing_support
