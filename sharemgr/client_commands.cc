@@ -37,20 +37,21 @@ std::string TargetOf(const std::string& addr) {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, supervisor::Duration timeout) {
   grpc::ChannelArguments args;
-  // Fail fast against a dead peer instead of backing off for seconds.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt("grpc.client_idle_timeout_ms", static_cast<int>(timeout.count()) + 60'000);
+  // gRPC uses this as the minimum connect timeout: give a slow server the
+  // whole --timeout to complete the handshake, and no more.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(timeout.count()));
   return grpc::CreateCustomChannel(TargetOf(addr), grpc::InsecureChannelCredentials(), args);
 }
 
 // Exit code for a failed call: no connection at all vs. a call that failed.
 int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::string& what) {
   const bool connected = channel.GetState(false) == GRPC_CHANNEL_READY;
-  std::cerr << "share-manager: " << what << ": "
-            << (connected ? "" : "cannot connect: ") << status.error_message() << " ("
-            << static_cast<int>(status.error_code()) << ")\n";
+  const std::string detail = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                 ? "no answer within --timeout (server frozen, overloaded or "
+                                   "unreachable)"
+                                 : status.error_message();
+  std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ")
+            << detail << " (gRPC code " << static_cast<int>(status.error_code()) << ")\n";
   return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
                                                                            : kClientUnreachable;
 }

@@ -13,7 +13,7 @@ struct RestartPolicyOptions {
   Duration initial_backoff{100};
   Duration max_backoff{5000};
   // A run at least this long ends the crash streak: the next death restarts at once.
-  Duration stable_after{std::chrono::seconds(30)};
+  Duration stable_after{std::chrono::seconds(10)};
   // Deaths tolerated within death_window; one more and the supervisor gives up.
   int max_deaths = 5;
   Duration death_window{std::chrono::minutes(10)};

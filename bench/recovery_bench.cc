@@ -1,0 +1,347 @@
+// Measures how fast a dead or hung ganesha is noticed and serving again under
+// share-manager, and under s6-supervise and supervisord in the same run with
+// the same ganesha config and the same probe (NFS NULL answered + a new file
+// written through NFS). Also: a client call against a frozen share-manager,
+// and share-manager's RSS. Prints a Markdown report.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/peer_supervisors.h"
+#include "supervisor/nfs_null_probe.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/nfs_client.h"
+
+namespace {
+
+namespace v1 = sharemanager::v1;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using testing_support::DaemonProcess;
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+struct Series {
+  explicit Series(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::vector<double> values;  // ms; a missing sample (never happened) is recorded as a miss
+  int misses = 0;
+  std::string Row(const std::string& unit = "ms") const {
+    if (values.empty()) return absl::StrCat("| ", name, " | - | - | ", misses, " |");
+    auto sorted = values;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                            : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
+    return absl::StrCat("| ", name, " | ", absl::StrFormat("%.1f %s", median, unit), " | ",
+                        absl::StrFormat("%.1f %s", sorted.back(), unit), " | ", misses, " |");
+  }
+};
+
+void PrintTable(const std::string& title, const std::vector<Series>& rows, int runs) {
+  std::cout << "\n### " << title << " (" << runs << " runs)\n\n"
+            << "| measure | median | max | runs that never got there |\n|---|---|---|---|\n";
+  for (const auto& r : rows) std::cout << r.Row() << "\n";
+  std::cout.flush();
+}
+
+// Timestamps every WatchStatus message of one daemon.
+class Watcher {
+ public:
+  explicit Watcher(const DaemonProcess& d) : stub_(d.Stub()) {
+    thread_ = std::thread([this] {
+      auto stream = stub_->WatchStatus(&context_, v1::WatchStatusRequest());
+      v1::ShareStatus s;
+      while (stream->Read(&s)) {
+        std::lock_guard lock(mu_);
+        seen_.push_back({Clock::now(), s});
+        cv_.notify_all();
+      }
+      (void)stream->Finish();
+    });
+  }
+  ~Watcher() {
+    context_.TryCancel();
+    thread_.join();
+  }
+  size_t Mark() {
+    std::lock_guard lock(mu_);
+    return seen_.size();
+  }
+  // Time of the first message at or after index `from` that matches.
+  std::optional<Clock::time_point> WaitFor(size_t from,
+                                           const std::function<bool(const v1::ShareStatus&)>& pred,
+                                           milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    std::optional<Clock::time_point> found;
+    cv_.wait_for(lock, timeout, [&] {
+      for (size_t i = from; i < seen_.size(); ++i) {
+        if (pred(seen_[i].second)) {
+          found = seen_[i].first;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+
+ private:
+  std::unique_ptr<v1::ShareManager::Stub> stub_;
+  grpc::ClientContext context_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<Clock::time_point, v1::ShareStatus>> seen_;
+  std::thread thread_;
+};
+
+// The common probe: NULL answered, then a new file written through NFS.
+struct ProbeTimes {
+  std::optional<Clock::time_point> null_answered, written;
+};
+ProbeTimes ProbeUntilServing(uint16_t port, const std::string& pseudo, const std::string& file,
+                             milliseconds cap) {
+  ProbeTimes t;
+  const auto deadline = Clock::now() + cap;
+  while (Clock::now() < deadline && !t.null_answered) {
+    if (supervisor::ProbeNfsNull("127.0.0.1", port, milliseconds(100)).ok()) {
+      t.null_answered = Clock::now();
+    } else {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  while (t.null_answered && Clock::now() < deadline && !t.written) {
+    if (testing_support::WriteOnce("127.0.0.1", port, pseudo, file, "x", milliseconds(500)).ok()) {
+      t.written = Clock::now();
+    } else {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  return t;
+}
+
+void Record(Series& s, Clock::time_point start, std::optional<Clock::time_point> at) {
+  if (at) {
+    s.values.push_back(Ms(*at - start));
+  } else {
+    s.misses++;
+  }
+}
+
+// A field of /proc/PID/smaps_rollup in MiB: Rss, Pss, Private_Dirty, ...
+double MemoryMiB(pid_t pid, const std::string& field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return static_cast<double>(std::stol(line.substr(field.size() + 1))) / 1024.0;
+    }
+  }
+  return -1;
+}
+
+struct Options {
+  int runs = 20;
+  int peer_hang_runs = 3;
+  std::string probe_interval = "1s";
+  int probe_failures = 3;
+  // Between share-manager runs: longer than the restart policy's stable run
+  // (10 s), so every crash is an isolated one, restarted without backoff.
+  int settle_ms = 10'500;
+  // Between peer runs: longer than the NFS lease, so no run waits out grace.
+  int peer_settle_ms = 3000;
+  int hang_cap_ms = 10'000;
+};
+
+std::unique_ptr<DaemonProcess> StartShareManager(const Options& o) {
+  auto d = DaemonProcess::Start({.volume = "bench",
+                                 .extra_flags = {"--probe-interval", o.probe_interval,
+                                                 "--probe-failures", std::to_string(o.probe_failures),
+                                                 "--max-deaths", "1000", "--log-level", "info"}});
+  if (!d.ok()) {
+    std::cerr << d.status() << "\n";
+    std::exit(1);
+  }
+  return std::move(*d);
+}
+
+void BenchShareManager(const Options& o) {
+  auto d = StartShareManager(o);
+  Watcher watch(*d);
+  std::this_thread::sleep_for(milliseconds(o.settle_ms));
+
+  Series detected("SIGKILL -> status leaves SERVING (WatchStatus)");
+  Series serving("SIGKILL -> SERVING again (WatchStatus)");
+  Series null_ok("SIGKILL -> NFS NULL answered");
+  Series write_ok("SIGKILL -> first NFS write succeeds");
+  for (int i = 0; i < o.runs; ++i) {
+    const pid_t pid = d->Status()->ganesha_pid();
+    const size_t mark = watch.Mark();
+    const auto start = Clock::now();
+    kill(pid, SIGKILL);
+    Record(detected, start, watch.WaitFor(mark, [](const auto& s) { return s.state() != v1::SERVING; },
+                                          milliseconds(5000)));
+    const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(),
+                                         absl::StrCat("/crash-", i), milliseconds(o.hang_cap_ms));
+    Record(serving, start, watch.WaitFor(mark, [pid](const auto& s) {
+      return s.state() == v1::SERVING && s.ganesha_pid() != pid;
+    }, milliseconds(5000)));
+    Record(null_ok, start, probe.null_answered);
+    Record(write_ok, start, probe.written);
+    std::this_thread::sleep_for(milliseconds(o.settle_ms));  // let client leases lapse
+  }
+  PrintTable("share-manager: ganesha crash (SIGKILL)", {detected, serving, null_ok, write_ok}, o.runs);
+
+  Series hang_detected("SIGSTOP -> hang detected (status leaves SERVING)");
+  Series hang_serving("SIGSTOP -> SERVING again");
+  Series hang_write("SIGSTOP -> first NFS write succeeds");
+  for (int i = 0; i < o.runs; ++i) {
+    const pid_t pid = d->Status()->ganesha_pid();
+    const size_t mark = watch.Mark();
+    const auto start = Clock::now();
+    kill(pid, SIGSTOP);
+    Record(hang_detected, start,
+           watch.WaitFor(mark, [](const auto& s) { return s.state() != v1::SERVING; },
+                         milliseconds(o.hang_cap_ms)));
+    Record(hang_serving, start, watch.WaitFor(mark, [pid](const auto& s) {
+      return s.state() == v1::SERVING && s.ganesha_pid() != pid;
+    }, milliseconds(o.hang_cap_ms)));
+    const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(), absl::StrCat("/hang-", i),
+                                         milliseconds(o.hang_cap_ms));
+    Record(hang_write, start, probe.written);
+    std::this_thread::sleep_for(milliseconds(o.settle_ms));
+  }
+  PrintTable(absl::StrCat("share-manager: ganesha hang (SIGSTOP), probe ", o.probe_interval, " x ",
+                          o.probe_failures),
+             {hang_detected, hang_serving, hang_write}, o.runs);
+
+  std::cout << "\n### Memory at steady state (after the runs above)\n\n"
+            << "| process | RSS | PSS | private dirty |\n|---|---|---|---|\n";
+  for (const auto& [name, pid] : {std::pair<std::string, pid_t>{"share-manager", d->pid()},
+                                  {"ganesha.nfsd (for reference)", d->Status()->ganesha_pid()}}) {
+    std::cout << absl::StrFormat("| %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", name,
+                                 MemoryMiB(pid, "Rss"), MemoryMiB(pid, "Pss"),
+                                 MemoryMiB(pid, "Private_Dirty"));
+  }
+}
+
+void BenchFrozenPeer(const Options& o) {
+  auto d = StartShareManager(o);
+  const milliseconds deadline(1000);
+  Series returned("GetStatus (1 s deadline) against a SIGSTOPped share-manager -> returns");
+  Series cli("`share-manager status --timeout 1s` against it -> exits (whole process)");
+  d->Signal(SIGSTOP);
+  for (int i = 0; i < o.runs; ++i) {
+    auto channel = grpc::CreateChannel(d->addr(), grpc::InsecureChannelCredentials());
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
+    v1::ShareStatus status;
+    const auto start = Clock::now();
+    const auto rpc = v1::ShareManager::NewStub(channel)->GetStatus(&context, {}, &status);
+    const auto end = Clock::now();
+    if (rpc.ok()) {
+      returned.misses++;
+    } else {
+      returned.values.push_back(Ms(end - start));
+    }
+    const auto result = testing_support::RunCommand(
+        {testing_support::ShareManagerBinary(), "status", "--addr", d->addr(), "--timeout", "1s"});
+    if (result.exit_code == 0) {
+      cli.misses++;
+    } else {
+      cli.values.push_back(static_cast<double>(result.elapsed.count()));
+    }
+  }
+  d->Signal(SIGCONT);
+  PrintTable("Frozen share-manager (SIGSTOP): client calls", {returned, cli}, o.runs);
+}
+
+void BenchPeer(bench::PeerKind kind, const Options& o) {
+  char tmpl[] = "/tmp/sharemgr-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) std::exit(1);
+  const uint16_t port = testing_support::PickFreePort();
+  auto peer = bench::PeerSupervisor::Start(kind, tmpl, "bench", port);
+  if (!peer.ok()) {
+    std::cerr << peer.status() << "\n";
+    std::exit(1);
+  }
+  const std::string name = bench::PeerName(kind);
+  if (!ProbeUntilServing(port, "/bench", "/warmup", milliseconds(15'000)).written) {
+    std::cerr << name << ": ganesha never served\n";
+    std::exit(1);
+  }
+  std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
+  Series null_ok("SIGKILL -> NFS NULL answered");
+  Series write_ok("SIGKILL -> first NFS write succeeds");
+  for (int i = 0; i < o.runs; ++i) {
+    const pid_t pid = (*peer)->GaneshaPid();
+    const auto start = Clock::now();
+    kill(pid, SIGKILL);
+    // The port closes with the process; wait for that so the probe sees the new one.
+    while (supervisor::ProbeNfsNull("127.0.0.1", port, milliseconds(100)).ok() &&
+           Clock::now() - start < milliseconds(2000)) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    const auto probe = ProbeUntilServing(port, "/bench", absl::StrCat("/crash-", i),
+                                         milliseconds(o.hang_cap_ms));
+    Record(null_ok, start, probe.null_answered);
+    Record(write_ok, start, probe.written);
+    std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
+  }
+  PrintTable(absl::StrCat(name, ": ganesha crash (SIGKILL)"), {null_ok, write_ok}, o.runs);
+
+  Series hang_write(absl::StrCat("SIGSTOP -> first NFS write succeeds (gave up after ",
+                                 o.hang_cap_ms / 1000, " s)"));
+  for (int i = 0; i < o.peer_hang_runs; ++i) {
+    const pid_t pid = (*peer)->GaneshaPid();
+    const auto start = Clock::now();
+    kill(pid, SIGSTOP);
+    const auto probe = ProbeUntilServing(port, "/bench", absl::StrCat("/hang-", i),
+                                         milliseconds(o.hang_cap_ms));
+    Record(hang_write, start, probe.written);
+    kill(pid, SIGCONT);  // the peer never noticed; resume it for the next run
+    std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
+  }
+  PrintTable(absl::StrCat(name, ": ganesha hang (SIGSTOP)"), {hang_write}, o.peer_hang_runs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  Options o;
+  CLI::App app{"share-manager recovery benchmark (see docs/BENCHMARKS.md)"};
+  app.add_option("--runs", o.runs, "Runs per crash/hang measurement")->capture_default_str();
+  app.add_option("--peer-hang-runs", o.peer_hang_runs,
+                 "Hang runs for s6/supervisord (each waits out --hang-cap-ms)")
+      ->capture_default_str();
+  app.add_option("--probe-interval", o.probe_interval)->capture_default_str();
+  app.add_option("--probe-failures", o.probe_failures)->capture_default_str();
+  app.add_option("--settle-ms", o.settle_ms,
+                 "Pause between share-manager runs (> its 10 s stable run, so no backoff)")
+      ->capture_default_str();
+  app.add_option("--peer-settle-ms", o.peer_settle_ms,
+                 "Pause between s6/supervisord runs (> NFS lease, so no grace)")
+      ->capture_default_str();
+  app.add_option("--hang-cap-ms", o.hang_cap_ms)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  std::cout << "## Recovery benchmark\n\nganesha grace = lease = 2 s for every supervisor; "
+               "probe = NFS NULL answered, then a new file created and written via libnfs.\n";
+  BenchShareManager(o);
+  BenchFrozenPeer(o);
+  BenchPeer(bench::PeerKind::kS6, o);
+  BenchPeer(bench::PeerKind::kSupervisord, o);
+  return 0;
+}

@@ -1,0 +1,102 @@
+#include "sharemgr/health_publisher.h"
+
+#include <doctest/doctest.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "sharemgr/health_names.h"
+
+namespace sharemgr {
+namespace {
+
+using std::chrono::milliseconds;
+using supervisor::State;
+
+class FakeHealth : public grpc::HealthCheckServiceInterface {
+ public:
+  void SetServingStatus(const std::string& name, bool serving) override {
+    std::lock_guard lock(mu_);
+    status_[name] = serving;
+  }
+  void SetServingStatus(bool serving) override {
+    std::lock_guard lock(mu_);
+    for (auto& [name, value] : status_) value = serving;
+  }
+  bool Get(const std::string& name) {
+    std::lock_guard lock(mu_);
+    return status_.at(name);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, bool> status_;
+};
+
+bool WaitUntil(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("readiness follows SERVING; liveness fails only for FAILED") {
+  FakeHealth health;
+  HealthPublisher publisher(
+      health, [] { return supervisor::Clock::now(); }, milliseconds(1000));
+  CHECK_FALSE(health.Get(""));  // starts NOT_SERVING
+  CHECK_FALSE(health.Get(kReadinessService));
+  CHECK(health.Get(kLivenessService));
+  publisher.OnState(State::kServing);
+  CHECK(health.Get(""));
+  CHECK(health.Get(kReadinessService));
+  publisher.OnState(State::kDegraded);
+  CHECK_FALSE(health.Get(kReadinessService));
+  CHECK(health.Get(kLivenessService));  // restarting in place: a pod restart would not help
+  publisher.OnState(State::kStopping);
+  CHECK_FALSE(health.Get(""));
+  CHECK(health.Get(kLivenessService));
+  publisher.OnState(State::kFailed);
+  CHECK_FALSE(health.Get(kLivenessService));
+}
+
+TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and back") {
+  FakeHealth health;
+  std::atomic<int64_t> tick_ms{
+      std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch()).count()};
+  std::atomic<bool> ticking{true};
+  std::thread loop([&] {
+    while (ticking) {
+      tick_ms = std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
+                    .count();
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  });
+  {
+    HealthPublisher publisher(
+        health, [&] { return supervisor::TimePoint(milliseconds(tick_ms.load())); },
+        milliseconds(100));
+    publisher.OnState(State::kServing);
+    std::this_thread::sleep_for(milliseconds(200));
+    CHECK(health.Get(kLivenessService));  // ticking: alive
+
+    ticking = false;  // the loop is stuck from now on
+    loop.join();
+    CHECK(WaitUntil([&] { return !health.Get(kLivenessService); }));
+    CHECK(health.Get(kReadinessService));  // readiness is the state's business, not the watchdog's
+
+    tick_ms = std::chrono::duration_cast<milliseconds>(
+                  (supervisor::Clock::now() + std::chrono::hours(1)).time_since_epoch())
+                  .count();  // ticks again
+    CHECK(WaitUntil([&] { return health.Get(kLivenessService); }));
+  }
+}
+
+}  // namespace sharemgr
