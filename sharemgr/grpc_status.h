@@ -1,4 +1,4 @@
-// The one place where absl::Status becomes grpc::Status.
+// The one place where absl::Status and grpc::Status are converted.
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -8,5 +8,6 @@
 namespace sharemgr {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace sharemgr

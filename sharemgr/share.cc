@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,10 +62,15 @@ absl::Status Share::WriteConfig() const {
   return WriteFileAtomically(config_path_, config_.Render(exported_));
 }
 
-absl::Status Share::CheckReady() const {
+absl::Status Share::CheckReady() {
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
   struct stat st{};
   const std::string& dir = config_.input().export_dir;
+  struct statvfs vfs{};
+  read_only_ = statvfs(dir.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0;
+  if (read_only_) {
+    return absl::UnavailableError(absl::StrCat("export filesystem at ", dir, " is read-only"));
+  }
   if (stat(dir.c_str(), &st) != 0) {
     return absl::UnavailableError(absl::StrCat("export directory ", dir, ": ", std::strerror(errno)));
   }
@@ -115,6 +121,7 @@ void Share::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_pseudo_path(config_.pseudo_path());
   status.set_exported(exported_);
   status.set_remount_generation(generation_);
+  status.set_read_only(read_only_);
 }
 
 }  // namespace sharemgr

@@ -20,8 +20,9 @@ class Share {
   // Writes ganesha.conf for the current export state, atomically.
   absl::Status WriteConfig() const;
 
-  // What besides a NULL answer makes the share ready.
-  absl::Status CheckReady() const;
+  // What besides a NULL answer makes the share ready: exported, the export
+  // directory present and writable (not on a read-only mount).
+  absl::Status CheckReady();
 
   // (Re)exports. A generation at or below the handled one is a no-op; 0 asks
   // for one more. Returns the handled generation.
@@ -36,6 +37,7 @@ class Share {
   std::string config_path_;
   std::function<void()> reload_;
   bool exported_ = true;
+  bool read_only_ = false;
   uint64_t generation_ = 0;
 };
 

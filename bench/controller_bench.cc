@@ -1,0 +1,216 @@
+// Controller benchmarks (docs/BENCHMARKS.md):
+//  1. reconcile passes per second on one thread, MemoryStore + simulated
+//     cluster, for growing numbers of shares (steady state: every share RUNNING);
+//  2. end to end with real processes (LocalPodRuntime, share-manager, ganesha):
+//     share-manager exit or freeze -> status ERROR -> new pod RUNNING -> first
+//     successful NFS write.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "controller/controller.h"
+#include "controller/grpc_share_connector.h"
+#include "controller/local_pod_runtime.h"
+#include "controller/memory_store.h"
+#include "controller/reconciler.h"
+#include "controller/simulated_runtime.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/nfs_client.h"
+
+namespace {
+
+namespace pb = sharemanager::controller::v1;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
+  std::cout << "\n### Reconcile passes per second (one thread, steady state)\n\n"
+            << "| shares | passes | passes/s | µs/pass |\n|---|---|---|---|\n";
+  for (int n : sizes) {
+    controller::MemoryStore store;
+    controller::SimulatedCluster cluster;
+    controller::FakeWallClock clock;
+    controller::Reconciler reconciler(store, cluster, cluster, clock);
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) {
+      pb::ShareRecord r;
+      r.set_name("vol-" + std::to_string(i));
+      r.mutable_spec()->set_volume(r.name());
+      r.mutable_spec()->set_serve(true);
+      (void)store.Create(r);
+      names.push_back(r.name());
+    }
+    for (int round = 0; round < 3; ++round) {  // create pods, observe them serving
+      for (const auto& name : names) reconciler.Reconcile(name);
+    }
+    uint64_t passes = 0;
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(seconds));
+    while (Clock::now() < end) {
+      for (size_t i = 0; i < names.size() && (i % 64 != 0 || Clock::now() < end); ++i) {
+        reconciler.Reconcile(names[i]);
+        ++passes;
+      }
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    std::cout << absl::StrFormat("| %d | %d | %.0f | %.2f |\n", n, passes,
+                                 static_cast<double>(passes) / elapsed,
+                                 elapsed * 1e6 / static_cast<double>(passes));
+    std::cout.flush();
+  }
+}
+
+struct Series {
+  std::string name;
+  std::vector<double> values;
+  std::string Row() const {
+    if (values.empty()) return "| " + name + " | - | - |";
+    auto v = values;
+    std::sort(v.begin(), v.end());
+    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    return absl::StrFormat("| %s | %.1f ms | %.1f ms |", name, median, v.back());
+  }
+};
+
+// One LocalPodRuntime share under a real controller; records when each phase is stored.
+struct E2E {
+  E2E(const std::string& binary, int64_t rpc_timeout_ms, int64_t grace_ms) {
+    char tmpl[] = "/tmp/sharemgr-cbench-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) std::exit(1);
+    dir = tmpl;
+    runtime = std::make_unique<controller::LocalPodRuntime>(controller::LocalPodRuntimeOptions{
+        .share_manager_binary = binary,
+        .work_dir = dir,
+        .daemon_flags = {"--grace-period", "2", "--lease-lifetime", "2", "--log-level", "warn"},
+        .termination_grace = milliseconds(2000)});
+    connector = std::make_unique<controller::GrpcShareConnector>(
+        controller::ShareClientOptions{.deadline = milliseconds(rpc_timeout_ms)});
+    pb::ShareRecord r;
+    r.set_name("bench");
+    r.mutable_spec()->set_volume("bench");
+    r.mutable_spec()->set_serve(true);
+    (void)store.Create(r);
+    store.Watch([this](const std::string& name) {
+      auto rec = store.Get(name);
+      if (!rec.ok()) return;
+      std::lock_guard lock(mu);
+      events.push_back({Clock::now(), rec->status().phase(), rec->status().epoch()});
+    });
+    controller::ControllerOptions options;
+    options.workers = 2;
+    options.reconciler.resync_ms = 200;
+    options.reconciler.unhealthy_grace_ms = grace_ms;
+    ctl = std::make_unique<controller::Controller>(store, *runtime, *connector, clock, options);
+    (void)ctl->Start();
+  }
+  ~E2E() {
+    ctl->Stop();
+    runtime.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::optional<Clock::time_point> WaitPhase(Clock::time_point after, pb::Phase phase,
+                                             uint64_t min_epoch, milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu);
+        for (const auto& e : events) {
+          if (e.at >= after && e.phase == phase && e.epoch >= min_epoch) return e.at;
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return std::nullopt;
+  }
+  pb::ShareStatusRecord Status() { return store.Get("bench")->status(); }
+
+  struct Event {
+    Clock::time_point at;
+    pb::Phase phase;
+    uint64_t epoch;
+  };
+  std::string dir;
+  controller::MemoryStore store;
+  std::unique_ptr<controller::LocalPodRuntime> runtime;
+  std::unique_ptr<controller::GrpcShareConnector> connector;
+  controller::SystemWallClock clock;
+  std::unique_ptr<controller::Controller> ctl;
+  std::mutex mu;
+  std::vector<Event> events;
+};
+
+void EndToEnd(const std::string& kind, int runs, int64_t rpc_timeout_ms, int64_t grace_ms) {
+  Series error{kind + " -> status ERROR"};
+  Series running{kind + " -> new pod RUNNING"};
+  Series write{kind + " -> first NFS write succeeds"};
+  E2E e2e(testing_support::ShareManagerBinary(), rpc_timeout_ms, grace_ms);
+  for (int i = 0; i < runs; ++i) {
+    const auto started = e2e.WaitPhase(Clock::time_point{}, pb::RUNNING,
+                                       static_cast<uint64_t>(i + 1), milliseconds(30'000));
+    if (!started) {
+      std::cerr << "share never RUNNING\n";
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(milliseconds(3000));  // steady, NFS leases lapsed
+    const auto st = e2e.Status();
+    const pid_t pid = e2e.runtime->Pid(st.pod());
+    const uint16_t port = e2e.runtime->NfsPort("bench");
+    const auto t0 = Clock::now();
+    kill(pid, kind == "frozen" ? SIGSTOP : SIGKILL);
+    const auto err = e2e.WaitPhase(t0, pb::ERROR, st.epoch(), milliseconds(30'000));
+    const auto run = e2e.WaitPhase(t0, pb::RUNNING, st.epoch() + 1, milliseconds(30'000));
+    std::optional<Clock::time_point> wrote;
+    while (run && !wrote && Clock::now() - t0 < std::chrono::seconds(30)) {
+      if (testing_support::WriteOnce("127.0.0.1", port, "/bench", "/w-" + std::to_string(i), "x",
+                                     milliseconds(500))
+              .ok()) {
+        wrote = Clock::now();
+      } else {
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    }
+    if (err) error.values.push_back(Ms(*err - t0));
+    if (run) running.values.push_back(Ms(*run - t0));
+    if (wrote) write.values.push_back(Ms(*wrote - t0));
+  }
+  std::cout << "\n### End to end: " << kind << " share-manager (" << runs
+            << " runs; RPC deadline " << rpc_timeout_ms << " ms, unhealthy grace " << grace_ms
+            << " ms)\n\n| measure | median | max |\n|---|---|---|\n"
+            << error.Row() << "\n" << running.Row() << "\n" << write.Row() << "\n";
+  std::cout.flush();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  std::vector<int> sizes = {10, 1000, 100'000};
+  double seconds = 3;
+  int runs = 10;
+  int64_t rpc_timeout_ms = 1000, grace_ms = 1000;
+  CLI::App app{"controller benchmarks (see docs/BENCHMARKS.md)"};
+  app.add_option("--shares", sizes, "Share counts for the passes/s table")->capture_default_str();
+  app.add_option("--seconds", seconds, "Measuring time per share count")->capture_default_str();
+  app.add_option("--e2e-runs", runs, "End-to-end runs per case (0: skip)")->capture_default_str();
+  app.add_option("--rpc-timeout-ms", rpc_timeout_ms)->capture_default_str();
+  app.add_option("--unhealthy-grace-ms", grace_ms)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::cout << "## Controller benchmark\n";
+  PassesPerSecond(sizes, seconds);
+  if (runs > 0) {
+    EndToEnd("exited (SIGKILL)", runs, rpc_timeout_ms, grace_ms);
+    EndToEnd("frozen", runs, rpc_timeout_ms, grace_ms);
+  }
+  return 0;
+}

@@ -1,0 +1,35 @@
+// Conditions on a share's status. lastTransitionTime changes only when a
+// condition's status flips, so "since when" is always answerable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sharemanager/controller/v1/share_record.pb.h"
+
+namespace controller {
+
+namespace condition {
+inline constexpr char kPodReady[] = "PodReady";
+inline constexpr char kHealthy[] = "Healthy";
+inline constexpr char kReadOnly[] = "ReadOnly";
+inline constexpr char kPodCreateFailed[] = "PodCreateFailed";
+inline constexpr char kPodDeleteFailed[] = "PodDeleteFailed";
+inline constexpr char kMountFailed[] = "MountFailed";
+inline constexpr char kRuntimeUnavailable[] = "RuntimeUnavailable";
+}  // namespace condition
+
+using Condition = sharemanager::controller::v1::Condition;
+using ShareStatusRecord = sharemanager::controller::v1::ShareStatusRecord;
+
+// Nullptr when absent.
+const Condition* FindCondition(const ShareStatusRecord& status, const std::string& type);
+
+// Sets the condition; returns true when its status flipped (or it is new).
+bool SetCondition(ShareStatusRecord& status, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, int64_t now_ms);
+
+// True when the condition is present and true.
+bool ConditionTrue(const ShareStatusRecord& status, const std::string& type);
+
+}  // namespace controller

@@ -1,0 +1,76 @@
+#include "controller/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include "supervisor/fmt_absl.h"
+
+namespace controller {
+
+Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connector,
+                       const WallClock& clock, ControllerOptions options)
+    : store_(store),
+      runtime_(runtime),
+      options_(options),
+      reconciler_(store, runtime, connector, clock, options.reconciler),
+      queue_(options.queue) {}
+
+Controller::~Controller() { Stop(); }
+
+absl::Status Controller::Start() {
+  store_.Watch([this](const std::string& name) { queue_.Add(name); });
+  runtime_.Watch([this](const std::string& volume) { queue_.Add(volume); });
+  auto shares = store_.List();
+  if (!shares.ok()) return shares.status();
+  for (const auto& share : *shares) queue_.Add(share.name());
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
+  started_ = true;
+  return absl::OkStatus();
+}
+
+void Controller::Stop() {
+  if (!started_) return;
+  started_ = false;
+  queue_.ShutDown();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  std::lock_guard lock(watches_mu_);
+  watches_.clear();
+}
+
+void Controller::Work() {
+  while (auto name = queue_.Get()) {
+    const PassResult result = reconciler_.Reconcile(*name);
+    if (!result.error.ok()) {
+      spdlog::warn("share {}: {} (retrying with backoff)", *name, result.error.message());
+      queue_.AddRateLimited(*name);
+    } else {
+      queue_.Forget(*name);
+      if (result.requeue_after_ms) {
+        queue_.AddAfter(*name, std::chrono::milliseconds(*result.requeue_after_ms));
+      }
+    }
+    if (options_.watch_health) FollowHealth(*name);
+    queue_.Done(*name);
+  }
+}
+
+// Keeps one StatusWatch on the share's current endpoint.
+void Controller::FollowHealth(const std::string& name) {
+  auto record = store_.Get(name);
+  const std::string endpoint = record.ok() ? record->status().endpoint() : "";
+  std::unique_ptr<StatusWatch> old;
+  {
+    std::lock_guard lock(watches_mu_);
+    auto& [watched, watch] = watches_[name];
+    if (watched == endpoint) return;
+    old = std::move(watch);
+    watched = endpoint;
+    if (!endpoint.empty()) {
+      watch = std::make_unique<StatusWatch>(
+          endpoint, [this, name](const StatusWatch::Event&) { queue_.Add(name); });
+    }
+  }
+  // Destroyed outside the lock: it joins its thread.
+}
+
+}  // namespace controller

@@ -1,0 +1,55 @@
+// The controller loop: workers take share names from a WorkQueue and run
+// reconcile passes; the queue is fed by store changes, pod changes, health
+// watch events (a StatusWatch per serving pod) and the passes' own requeue
+// timers. A share is named after its volume.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "controller/reconciler.h"
+#include "controller/share_client.h"
+#include "controller/work_queue.h"
+
+namespace controller {
+
+struct ControllerOptions {
+  int workers = 4;
+  ReconcilerOptions reconciler;
+  WorkQueueOptions queue;
+  // Follow each pod's WatchStatus so changes trigger a pass at once.
+  bool watch_health = true;
+};
+
+class Controller {
+ public:
+  Controller(Store& store, PodRuntime& runtime, ShareConnector& connector, const WallClock& clock,
+             ControllerOptions options = {});
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Enqueues every share and starts the workers.
+  absl::Status Start();
+  void Stop();
+
+ private:
+  void Work();
+  void FollowHealth(const std::string& name);
+
+  Store& store_;
+  PodRuntime& runtime_;
+  ControllerOptions options_;
+  Reconciler reconciler_;
+  WorkQueue queue_;
+  std::vector<std::thread> workers_;
+  std::mutex watches_mu_;
+  // share -> (endpoint, watch)
+  std::map<std::string, std::pair<std::string, std::unique_ptr<StatusWatch>>> watches_;
+  bool started_ = false;
+};
+
+}  // namespace controller

@@ -1,0 +1,30 @@
+#include "controller/grpc_share_connector.h"
+
+namespace controller {
+
+std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& endpoint) {
+  std::lock_guard lock(mu_);
+  auto& client = clients_[endpoint];
+  if (!client) client = std::make_shared<ShareClient>(endpoint, options_);
+  return client;
+}
+
+ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
+  if (pod.endpoint.empty()) return {.error = "pod has no endpoint"};
+  auto status = ClientFor(pod.endpoint)->GetStatus();
+  if (!status.ok()) return {.error = std::string(status.status().message())};
+  return {.reachable = true,
+          .state = status->state(),
+          .reason = status->reason(),
+          .read_only = status->read_only(),
+          .handled_generation = status->remount_generation(),
+          .epoch = status->epoch()};
+}
+
+absl::StatusOr<uint64_t> GrpcShareConnector::Mount(const Pod& pod, uint64_t epoch,
+                                                   uint64_t generation) {
+  if (pod.endpoint.empty()) return absl::UnavailableError("pod has no endpoint");
+  return ClientFor(pod.endpoint)->Mount(epoch, generation);
+}
+
+}  // namespace controller

@@ -1,0 +1,172 @@
+// share-controller: runs the controller on one machine with a MemoryStore
+// (optionally persisted) and LocalPodRuntime, for shares given by flags or a
+// file, and prints each share's phase as it changes.
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "controller/controller.h"
+#include "controller/grpc_share_connector.h"
+#include "controller/local_pod_runtime.h"
+#include "controller/memory_store.h"
+#include "sharemgr/validate.h"
+#include "supervisor/clock.h"
+#include "supervisor/fmt_absl.h"
+
+namespace {
+
+namespace v1 = sharemanager::controller::v1;
+
+std::string SiblingBinary(const char* argv0, const std::string& name) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return name;
+  std::string path(self, static_cast<size_t>(n));
+  const auto slash = path.rfind('/');
+  // build/controller/share-controller -> build/sharemgr/share-manager
+  const std::string dir = path.substr(0, slash);
+  for (const std::string& candidate : {dir + "/" + name, dir + "/../sharemgr/" + name}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  (void)argv0;
+  return name;
+}
+
+int64_t ParseMs(const std::string& flag, const std::string& text) {
+  auto d = supervisor::ParseDuration(text);
+  if (!d.ok()) {
+    std::cerr << "share-controller: " << flag << ": " << d.status().message() << "\n";
+    std::exit(2);
+  }
+  return d->count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "share-controller runs share-manager pods as local processes and keeps each share\n"
+      "served: one active pod per volume (fenced by epochs), replaced when it dies or hangs,\n"
+      "remounted once per read-only event. Prints every share's phase as it changes."};
+  std::vector<std::string> shares;
+  std::string shares_file, store_file, work_dir = "/var/lib/share-controller";
+  std::string binary = SiblingBinary(argv[0], "share-manager");
+  std::vector<std::string> daemon_flags;
+  int workers = 4;
+  std::string grace = "2s", rpc_timeout = "1s", resync = "1s", remount_delay = "5s";
+  app.add_option("--share", shares, "Serve this volume (repeatable)");
+  app.add_option("--shares-file", shares_file, "File with one volume name per line");
+  app.add_option("--store-file", store_file,
+                 "Persist share records here (JSON lines) so a restart resumes");
+  app.add_option("--work-dir", work_dir, "Volumes' export/state dirs and pod logs")
+      ->capture_default_str();
+  app.add_option("--share-manager-binary", binary, "share-manager executable")
+      ->capture_default_str();
+  app.add_option("--daemon-flag", daemon_flags,
+                 "Extra flag for every share-manager daemon (repeatable, e.g. "
+                 "--daemon-flag=--grace-period=2)");
+  app.add_option("--workers", workers, "Reconcile workers")->capture_default_str();
+  app.add_option("--unhealthy-grace", grace, "Unreachable/not SERVING this long -> replace")
+      ->capture_default_str();
+  app.add_option("--rpc-timeout", rpc_timeout, "Deadline of every share-manager call")
+      ->capture_default_str();
+  app.add_option("--resync", resync, "Re-observe serving shares this often")->capture_default_str();
+  app.add_option("--remount-delay", remount_delay, "Act on a remount request this long after it")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (!shares_file.empty()) {
+    std::ifstream in(shares_file);
+    if (!in) {
+      std::cerr << "share-controller: cannot read " << shares_file << "\n";
+      return 2;
+    }
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line[0] != '#') shares.push_back(line);
+    }
+  }
+  for (const auto& s : shares) {
+    if (auto v = sharemgr::ValidateVolumeName(s); !v.ok()) {
+      std::cerr << "share-controller: " << v.message() << "\n";
+      return 2;
+    }
+  }
+  if (auto v = sharemgr::ValidateConfigPath("--work-dir", work_dir); !v.ok()) {
+    std::cerr << "share-controller: " << v.message() << "\n";
+    return 2;
+  }
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::unique_ptr<controller::MemoryStore> store;
+  if (store_file.empty()) {
+    store = std::make_unique<controller::MemoryStore>();
+  } else {
+    auto opened = controller::MemoryStore::OpenFile(store_file);
+    if (!opened.ok()) {
+      std::cerr << "share-controller: " << opened.status().message() << "\n";
+      return 2;
+    }
+    store = *std::move(opened);
+  }
+  for (const auto& volume : shares) {
+    v1::ShareRecord record;
+    record.set_name(volume);
+    record.mutable_spec()->set_volume(volume);
+    record.mutable_spec()->set_serve(true);
+    auto created = store->Create(record);
+    if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
+      std::cerr << "share-controller: " << created.status().message() << "\n";
+      return 1;
+    }
+  }
+
+  controller::LocalPodRuntime runtime(
+      {.share_manager_binary = binary, .work_dir = work_dir, .daemon_flags = daemon_flags});
+  controller::GrpcShareConnector connector(
+      {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout))});
+  controller::SystemWallClock clock;
+  controller::ControllerOptions options;
+  options.workers = workers;
+  options.reconciler.unhealthy_grace_ms = ParseMs("--unhealthy-grace", grace);
+  options.reconciler.resync_ms = ParseMs("--resync", resync);
+  options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
+
+  // Print phase changes as they are recorded.
+  std::mutex print_mu;
+  std::map<std::string, std::string> last_line;
+  store->Watch([&](const std::string& name) {
+    auto record = store->Get(name);
+    if (!record.ok()) return;
+    const auto& st = record->status();
+    const std::string line = fmt::format("{} {} epoch={} pod={} {}", name, v1::Phase_Name(st.phase()),
+                                         st.epoch(), st.pod().empty() ? "-" : st.pod(), st.reason());
+    std::lock_guard lock(print_mu);
+    if (last_line[name] == line) return;
+    last_line[name] = line;
+    spdlog::info("{}", line);
+  });
+
+  controller::Controller controller(*store, runtime, connector, clock, options);
+  if (auto s = controller.Start(); !s.ok()) {
+    std::cerr << "share-controller: " << s.message() << "\n";
+    return 1;
+  }
+  spdlog::info("controlling {} share(s); share-manager: {}; work dir: {}", shares.size(), binary,
+               work_dir);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("received signal {}; stopping (pods are deleted)", sig);
+  controller.Stop();
+  return 0;
+}

@@ -1,0 +1,143 @@
+#include "controller/memory_store.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace controller {
+
+absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::OpenFile(const std::string& path) {
+  auto store = std::make_unique<MemoryStore>();
+  store->path_ = path;
+  std::ifstream in(path);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    ShareRecord record;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(line, &record);
+    if (!parsed.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ":", line_no, ": ", parsed.ToString()));
+    }
+    store->version_ = std::max(store->version_, record.resource_version());
+    store->records_[record.name()] = std::move(record);
+  }
+  return store;
+}
+
+absl::Status MemoryStore::PersistLocked() const {
+  if (path_.empty()) return absl::OkStatus();
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& [name, record] : records_) {
+      std::string json;
+      (void)google::protobuf::util::MessageToJsonString(record, &json);
+      out << json << "\n";
+    }
+    out.flush();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShareRecord> MemoryStore::Get(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = records_.find(name);
+  if (it == records_.end()) return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
+  return it->second;
+}
+
+absl::StatusOr<std::vector<ShareRecord>> MemoryStore::List() {
+  std::lock_guard lock(mu_);
+  std::vector<ShareRecord> out;
+  out.reserve(records_.size());
+  for (const auto& [name, record] : records_) out.push_back(record);
+  return out;
+}
+
+absl::StatusOr<ShareRecord> MemoryStore::Create(ShareRecord record) {
+  {
+    std::lock_guard lock(mu_);
+    if (records_.contains(record.name())) {
+      return absl::AlreadyExistsError(absl::StrCat("share ", record.name(), " exists"));
+    }
+    record.set_resource_version(++version_);
+    record.set_spec_generation(1);
+    records_[record.name()] = record;
+    if (auto s = PersistLocked(); !s.ok()) {
+      records_.erase(record.name());
+      return s;
+    }
+  }
+  Notify(record.name());
+  return record;
+}
+
+absl::StatusOr<ShareRecord> MemoryStore::Update(const ShareRecord& record) {
+  ShareRecord stored;
+  {
+    std::lock_guard lock(mu_);
+    auto it = records_.find(record.name());
+    if (it == records_.end()) {
+      return absl::NotFoundError(absl::StrCat("share ", record.name(), " not found"));
+    }
+    if (it->second.resource_version() != record.resource_version()) {
+      return absl::AbortedError(absl::StrCat("conflict: share ", record.name(), " is at version ",
+                                             it->second.resource_version(), ", write carried ",
+                                             record.resource_version()));
+    }
+    stored = record;
+    stored.set_resource_version(++version_);
+    const bool spec_changed =
+        !google::protobuf::util::MessageDifferencer::Equals(it->second.spec(), record.spec());
+    stored.set_spec_generation(it->second.spec_generation() + (spec_changed ? 1 : 0));
+    ShareRecord previous = std::exchange(it->second, stored);
+    if (auto s = PersistLocked(); !s.ok()) {
+      it->second = std::move(previous);
+      return s;
+    }
+  }
+  Notify(record.name());
+  return stored;
+}
+
+absl::Status MemoryStore::Delete(const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = records_.find(name);
+    if (it == records_.end()) return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
+    ShareRecord previous = std::move(it->second);
+    records_.erase(it);
+    if (auto s = PersistLocked(); !s.ok()) {
+      records_[name] = std::move(previous);
+      return s;
+    }
+  }
+  Notify(name);
+  return absl::OkStatus();
+}
+
+void MemoryStore::Watch(Listener listener) {
+  std::lock_guard lock(listeners_mu_);
+  listeners_.push_back(std::move(listener));
+}
+
+void MemoryStore::Notify(const std::string& name) {
+  std::vector<Listener> listeners;
+  {
+    std::lock_guard lock(listeners_mu_);
+    listeners = listeners_;
+  }
+  for (const auto& l : listeners) l(name);
+}
+
+}  // namespace controller

@@ -1,0 +1,51 @@
+// Where share-manager pods run: Kubernetes in production, local processes
+// here (LocalPodRuntime), or a simulation in tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sharemanager/controller/v1/share_record.pb.h"
+
+namespace controller {
+
+enum class PodPhase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
+
+const char* PodPhaseName(PodPhase phase);
+
+struct Pod {
+  std::string name;
+  std::string volume;
+  uint64_t epoch = 0;
+  PodPhase phase = PodPhase::kPending;
+  // share-manager's gRPC address, once known.
+  std::string endpoint;
+  // NFS port the pod serves on.
+  uint16_t nfs_port = 0;
+  int exit_code = 0;  // for Succeeded/Failed
+};
+
+// The pod name for (volume, epoch): one pod per epoch, so names never repeat.
+std::string PodName(const std::string& volume, uint64_t epoch);
+
+class PodRuntime {
+ public:
+  using Listener = std::function<void(const std::string& volume)>;
+  virtual ~PodRuntime() = default;
+
+  // Starts a share-manager pod for the spec's volume with this epoch.
+  virtual absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
+                                     uint64_t epoch) = 0;
+  // Deletes (kills) the pod. Deleting a pod that is already gone succeeds.
+  virtual absl::Status Delete(const std::string& pod) = 0;
+  // Every pod of the volume, whatever its phase, until deleted.
+  virtual absl::StatusOr<std::vector<Pod>> List(const std::string& volume) = 0;
+  // Calls `listener` whenever a pod of some volume changes phase.
+  virtual void Watch(Listener listener) = 0;
+};
+
+}  // namespace controller

@@ -1,0 +1,132 @@
+#include "controller/share_client.h"
+
+#include "sharemgr/grpc_status.h"
+
+namespace controller {
+namespace {
+
+namespace v1 = sharemanager::v1;
+using sharemgr::FromGrpcStatus;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint, milliseconds deadline) {
+  grpc::ChannelArguments args;
+  // The minimum connect timeout: a connect never outlives a call's deadline.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(deadline.count()));
+  // Reconnect quickly to a restarted share-manager.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Keepalive within what the server permits (pings every 10 s or more).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+ShareClient::ShareClient(const std::string& endpoint, ShareClientOptions options)
+    : endpoint_(endpoint),
+      options_(options),
+      channel_(MakeChannel(endpoint, options.deadline)),
+      stub_(v1::ShareManager::NewStub(channel_)),
+      health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+void ShareClient::Prepare(grpc::ClientContext& context,
+                          std::optional<milliseconds> deadline) const {
+  context.set_deadline(std::chrono::system_clock::now() + deadline.value_or(options_.deadline));
+  context.set_wait_for_ready(false);
+}
+
+absl::StatusOr<v1::ShareStatus> ShareClient::GetStatus(std::optional<milliseconds> deadline) {
+  grpc::ClientContext context;
+  Prepare(context, deadline);
+  v1::ShareStatus status;
+  if (auto s = stub_->GetStatus(&context, v1::GetStatusRequest(), &status); !s.ok()) {
+    return FromGrpcStatus(s);
+  }
+  return status;
+}
+
+absl::StatusOr<uint64_t> ShareClient::Mount(uint64_t epoch, uint64_t generation,
+                                            std::optional<milliseconds> deadline) {
+  grpc::ClientContext context;
+  Prepare(context, deadline);
+  v1::MountRequest request;
+  request.set_epoch(epoch);
+  request.set_generation(generation);
+  v1::MountResponse response;
+  if (auto s = stub_->Mount(&context, request, &response); !s.ok()) return FromGrpcStatus(s);
+  return response.handled_generation();
+}
+
+absl::Status ShareClient::Unmount(uint64_t epoch, std::optional<milliseconds> deadline) {
+  grpc::ClientContext context;
+  Prepare(context, deadline);
+  v1::UnmountRequest request;
+  request.set_epoch(epoch);
+  v1::UnmountResponse response;
+  return FromGrpcStatus(stub_->Unmount(&context, request, &response));
+}
+
+absl::StatusOr<bool> ShareClient::Check(const std::string& service,
+                                        std::optional<milliseconds> deadline) {
+  grpc::ClientContext context;
+  Prepare(context, deadline);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (auto s = health_->Check(&context, request, &response); !s.ok()) return FromGrpcStatus(s);
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+StatusWatch::StatusWatch(std::string endpoint, std::function<void(const Event&)> on_event,
+                         milliseconds max_backoff)
+    : endpoint_(std::move(endpoint)),
+      on_event_(std::move(on_event)),
+      max_backoff_(max_backoff),
+      thread_([this] { Run(); }) {}
+
+StatusWatch::~StatusWatch() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    if (active_ != nullptr) active_->TryCancel();
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void StatusWatch::Run() {
+  auto channel = MakeChannel(endpoint_, milliseconds(2000));
+  auto stub = v1::ShareManager::NewStub(channel);
+  milliseconds backoff(50);
+  for (;;) {
+    grpc::ClientContext context;
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      active_ = &context;
+    }
+    auto stream = stub->WatchStatus(&context, v1::WatchStatusRequest());
+    v1::ShareStatus status;
+    bool got_any = false;
+    while (stream->Read(&status)) {
+      got_any = true;
+      on_event_({.status = status, .error = ""});
+    }
+    const auto finished = stream->Finish();
+    {
+      std::lock_guard lock(mu_);
+      active_ = nullptr;
+      if (stop_) return;
+    }
+    on_event_({.status = std::nullopt,
+               .error = finished.ok() ? "stream ended" : finished.error_message()});
+    if (got_any) backoff = milliseconds(50);
+    std::unique_lock lock(mu_);
+    if (cv_.wait_for(lock, backoff, [this] { return stop_; })) return;
+    backoff = std::min(backoff * 2, max_backoff_);
+  }
+}
+
+}  // namespace controller

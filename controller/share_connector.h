@@ -1,0 +1,34 @@
+// What the reconciler asks a share-manager: how it is (one bounded call) and
+// to remount. The gRPC implementation is GrpcShareConnector; simulations
+// provide their own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/pod_runtime.h"
+#include "sharemanager/v1/sharemanager.pb.h"
+
+namespace controller {
+
+struct ShareObservation {
+  bool reachable = false;
+  std::string error;  // why not reachable
+  sharemanager::v1::ShareState state = sharemanager::v1::SHARE_STATE_UNSPECIFIED;
+  std::string reason;
+  bool read_only = false;
+  uint64_t handled_generation = 0;
+  uint64_t epoch = 0;
+};
+
+class ShareConnector {
+ public:
+  virtual ~ShareConnector() = default;
+  // Bounded by the connector's deadline; never throws, never blocks longer.
+  virtual ShareObservation Observe(const Pod& pod) = 0;
+  // Asks the pod to handle remount `generation`, fenced by `epoch`.
+  virtual absl::StatusOr<uint64_t> Mount(const Pod& pod, uint64_t epoch, uint64_t generation) = 0;
+};
+
+}  // namespace controller

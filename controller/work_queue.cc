@@ -1,0 +1,125 @@
+#include "controller/work_queue.h"
+
+#include <algorithm>
+
+namespace controller {
+
+WorkQueue::WorkQueue(WorkQueueOptions options)
+    : options_(options), tokens_(options.burst), last_refill_(Clock::now()) {}
+
+void WorkQueue::AddLocked(const std::string& key) {
+  if (processing_.contains(key)) {
+    dirty_.insert(key);  // run again once the current pass is done
+    return;
+  }
+  if (queued_.insert(key).second) ready_.emplace(seq_++, key);
+}
+
+void WorkQueue::Add(const std::string& key) {
+  {
+    std::lock_guard lock(mu_);
+    if (shutdown_) return;
+    AddLocked(key);
+  }
+  cv_.notify_one();
+}
+
+void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
+  if (delay.count() <= 0) return Add(key);
+  {
+    std::lock_guard lock(mu_);
+    if (shutdown_) return;
+    const auto at = Clock::now() + delay;
+    auto it = delayed_at_.find(key);
+    if (it != delayed_at_.end()) {
+      if (it->second <= at) return;  // an earlier wake-up is already planned
+      delayed_.erase({it->second, key});
+    }
+    delayed_at_[key] = at;
+    delayed_.insert({at, key});
+  }
+  cv_.notify_one();
+}
+
+void WorkQueue::AddRateLimited(const std::string& key) {
+  std::chrono::milliseconds delay;
+  {
+    std::lock_guard lock(mu_);
+    const size_t failures = failures_[key]++;
+    delay = options_.base_backoff;
+    for (size_t i = 0; i < failures && delay < options_.max_backoff; ++i) delay *= 2;
+    delay = std::min(delay, options_.max_backoff);
+  }
+  AddAfter(key, delay);
+}
+
+void WorkQueue::Forget(const std::string& key) {
+  std::lock_guard lock(mu_);
+  failures_.erase(key);
+}
+
+size_t WorkQueue::Failures(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = failures_.find(key);
+  return it == failures_.end() ? 0 : it->second;
+}
+
+bool WorkQueue::TakeTokenLocked(Clock::time_point now, Clock::duration* wait) {
+  const double elapsed = std::chrono::duration<double>(now - last_refill_).count();
+  tokens_ = std::min(options_.burst, tokens_ + elapsed * options_.rate_per_second);
+  last_refill_ = now;
+  if (tokens_ >= 1) {
+    tokens_ -= 1;
+    return true;
+  }
+  *wait = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>((1 - tokens_) / options_.rate_per_second));
+  return false;
+}
+
+std::optional<std::string> WorkQueue::Get() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (shutdown_) return std::nullopt;
+    const auto now = Clock::now();
+    while (!delayed_.empty() && delayed_.begin()->first <= now) {
+      const std::string key = delayed_.begin()->second;
+      delayed_.erase(delayed_.begin());
+      delayed_at_.erase(key);
+      AddLocked(key);
+    }
+    Clock::duration wait = std::chrono::hours(1);
+    if (!delayed_.empty()) wait = delayed_.begin()->first - now;
+    if (!ready_.empty()) {
+      Clock::duration token_wait{};
+      if (TakeTokenLocked(now, &token_wait)) {
+        std::string key = ready_.begin()->second;
+        ready_.erase(ready_.begin());
+        queued_.erase(key);
+        processing_.insert(key);
+        return key;
+      }
+      wait = std::min(wait, token_wait);
+    }
+    cv_.wait_for(lock, wait);
+  }
+}
+
+void WorkQueue::Done(const std::string& key) {
+  {
+    std::lock_guard lock(mu_);
+    processing_.erase(key);
+    if (dirty_.erase(key) > 0) AddLocked(key);
+  }
+  cv_.notify_one();
+}
+
+void WorkQueue::ShutDown() {
+  {
+    std::lock_guard lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace controller

@@ -1,0 +1,207 @@
+// Regression tests for the field failures the reconciler exists to end, on a
+// simulated cluster (the same reconciler also runs against real processes in
+// tests/integration/controller_e2e_test.cc).
+#include "controller/reconciler.h"
+
+#include <doctest/doctest.h>
+
+#include "controller/conditions.h"
+#include "tests/controller/sim_fixture.h"
+
+namespace controller {
+
+TEST_CASE("a new share gets epoch 1, one pod, and runs") {
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  const auto record = sim.Get("vol");
+  CHECK(record.status().epoch() == 1);
+  CHECK(record.status().pod() == PodName("vol", 1));
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  CHECK(ConditionTrue(record.status(), condition::kHealthy));
+}
+
+TEST_CASE("no deadlock: a dead pod leaves RUNNING within one pass even when every Mount times out") {
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  // A remount request is pending, and the share-manager's RPCs all time out.
+  sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+  sim.Pass("vol");
+  REQUIRE(sim.Get("vol").status().remount_requested_generation() == 1);
+  sim.clock.Advance(10'000);  // past the remount gate
+  sim.cluster.rpc_faults().Randomize(1, 1.0);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);  // ganesha died for good: share-manager exited 3
+
+  sim.Pass("vol");
+  const auto after = sim.Get("vol");
+  CHECK(after.status().phase() == pb::ERROR);
+  CHECK(after.status().reason().find("Failed with exit code 3") != std::string::npos);
+  CHECK(sim.cluster.LivePods("vol") == 0);  // the dead pod was deleted in the same pass
+
+  sim.Pass("vol");  // replacement, fenced by a new epoch recorded first
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  sim.cluster.rpc_faults().Disable();
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.CurrentPod("vol") == PodName("vol", 2));
+}
+
+TEST_CASE("no deadlock: a frozen share-manager is recorded unhealthy at once and replaced after the grace") {
+  ReconcilerOptions options;
+  options.unhealthy_grace_ms = 2000;
+  Sim sim(options);
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  const std::string frozen = sim.CurrentPod("vol");
+  sim.cluster.Freeze(frozen, true);
+
+  sim.Pass("vol");
+  auto st = sim.Get("vol").status();
+  CHECK_FALSE(ConditionTrue(st, condition::kHealthy));  // persisted in the first pass
+  CHECK(FindCondition(st, condition::kHealthy)->message().find("unreachable") != std::string::npos);
+  CHECK(st.phase() == pb::RUNNING);  // within the grace
+
+  sim.clock.Advance(2000);
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+  CHECK(sim.cluster.LivePods("vol") == 0);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+}
+
+TEST_CASE("no remount flood: 1000 read-only passes make one request; the gate fires once after its delay") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 5000;
+  Sim sim(options);
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  const std::string pod = sim.CurrentPod("vol");
+  sim.cluster.SetReadOnly(pod, true);
+  const int64_t start = sim.clock.NowMs();
+  int64_t mounted_at = -1;
+  for (int i = 0; i < 1000; ++i) {
+    const auto result = sim.Pass("vol");
+    const auto st = sim.Get("vol").status();
+    CHECK(st.remount_requested_generation() == 1);  // one request, never re-stamped
+    CHECK(st.remount_requested_unix_ms() == start);
+    if (mounted_at < 0 && st.remount_acknowledged_generation() == 1) mounted_at = sim.clock.NowMs();
+    if (mounted_at < 0) {
+      // The gate waits by requeueing, never by dropping the work.
+      REQUIRE(result.requeue_after_ms.has_value());
+      CHECK(*result.requeue_after_ms > 0);
+    }
+    sim.clock.Advance(6);  // 1000 passes span 6 s: the 5 s gate falls inside
+  }
+  const auto pods = sim.cluster.Pods("vol");
+  REQUIRE(pods.size() == 1);
+  CHECK(pods[0].mounts == 1);
+  CHECK(mounted_at >= start + 5000);
+  CHECK(mounted_at <= start + 5000 + 6);
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kReadOnly));
+}
+
+TEST_CASE("a new read-only event after a repair is a new request") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 0;
+  Sim sim(options);
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  for (uint64_t event = 1; event <= 3; ++event) {
+    sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+    for (int i = 0; i < 5; ++i) sim.Pass("vol");
+    const auto st = sim.Get("vol").status();
+    CHECK(st.remount_requested_generation() == event);
+    CHECK(st.remount_acknowledged_generation() == event);
+  }
+}
+
+TEST_CASE("stale-epoch calls are refused by the share-manager") {
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  const auto pods = sim.cluster.List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  const auto refused = sim.cluster.Mount((*pods)[0], 7, 1);
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("two live pods are repaired: the one the status names stays, the other goes") {
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  // An old pod of a previous epoch shows up again (e.g. a node came back).
+  pb::ShareSpec spec;
+  spec.set_volume("vol");
+  REQUIRE(sim.cluster.Create(spec, 7).ok());
+  REQUIRE(sim.cluster.LivePods("vol") == 2);
+  sim.Pass("vol");
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  CHECK(sim.cluster.Pods("vol")[0].pod.epoch == sim.Get("vol").status().epoch());
+  CHECK(sim.RunUntilRunning("vol"));
+}
+
+TEST_CASE("never two active: every store write and pod call failing in turn during a failover") {
+  for (const char* target : {"store", "runtime"}) {
+    for (Fault fault : {Fault::kFail, Fault::kTimeoutBefore, Fault::kTimeoutAfter}) {
+      for (uint64_t k = 1; k <= 12; ++k) {
+        CAPTURE(target);
+        CAPTURE(static_cast<int>(fault));
+        CAPTURE(k);
+        Sim sim;
+        sim.AddShare("vol");
+        REQUIRE(sim.RunUntilRunning("vol"));
+        const uint64_t old_epoch = sim.Get("vol").status().epoch();
+        FaultInjector& faults = std::string(target) == "store" ? sim.store.faults()
+                                                               : sim.cluster.runtime_faults();
+        faults.FailCall(k, fault);
+        sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+        for (int pass = 0; pass < 40; ++pass) {
+          sim.Pass("vol");
+          // At no observed moment are there two live pods.
+          REQUIRE(sim.cluster.LivePods("vol") <= 1);
+          const auto st = sim.Get("vol").status();
+          for (const auto& p : sim.cluster.Pods("vol")) {
+            // A live pod is only ever the epoch the status names (or the one it replaces).
+            if (p.pod.phase == PodPhase::kRunning) {
+              CHECK((p.pod.epoch == st.epoch() || p.pod.epoch == old_epoch));
+            }
+          }
+          sim.clock.Advance(500);
+        }
+        faults.Disable();
+        REQUIRE(sim.RunUntilRunning("vol", 100, 500));
+        CHECK(sim.cluster.LivePods("vol") == 1);
+        CHECK(sim.Get("vol").status().epoch() > old_epoch);
+        CHECK(sim.cluster.Pods("vol")[0].pod.epoch == sim.Get("vol").status().epoch());
+      }
+    }
+  }
+}
+
+TEST_CASE("conditions change lastTransitionTime only when they flip") {
+  ShareStatusRecord st;
+  CHECK(SetCondition(st, "Healthy", true, "a", "", 100));
+  CHECK_FALSE(SetCondition(st, "Healthy", true, "b", "still", 200));
+  CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 100);
+  CHECK(FindCondition(st, "Healthy")->reason() == "b");
+  CHECK(SetCondition(st, "Healthy", false, "c", "", 300));
+  CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 300);
+}
+
+TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  auto record = sim.Get("vol");
+  record.mutable_spec()->set_serve(false);
+  REQUIRE(sim.memory.Update(record).ok());
+  sim.Pass("vol");
+  sim.Pass("vol");
+  CHECK(sim.cluster.LivePods("vol") == 0);
+  CHECK(sim.Get("vol").status().phase() == pb::STOPPED);
+  CHECK(sim.Get("vol").status().observed_spec_generation() == 2);
+}
+
+}  // namespace controller
