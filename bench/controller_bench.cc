@@ -54,8 +54,8 @@ void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
     }
     uint64_t passes = 0;
     const auto start = Clock::now();
-    const auto end = start + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(seconds));
+    const auto end =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     while (Clock::now() < end) {
       for (size_t i = 0; i < names.size() && (i % 64 != 0 || Clock::now() < end); ++i) {
         reconciler.Reconcile(names[i]);
@@ -77,7 +77,8 @@ struct Series {
     if (values.empty()) return "| " + name + " | - | - |";
     auto v = values;
     std::sort(v.begin(), v.end());
-    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    const double median =
+        v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
     return absl::StrFormat("| %s | %.1f ms | %.1f ms |", name, median, v.back());
   }
 };
@@ -110,6 +111,9 @@ struct E2E {
     options.workers = 2;
     options.reconciler.resync_ms = 200;
     options.reconciler.unhealthy_grace_ms = grace_ms;
+    // Runs are a few seconds apart; a shorter "stable run" keeps each
+    // replacement isolated instead of backing off as a crash loop would.
+    options.reconciler.stable_ms = 2500;
     ctl = std::make_unique<controller::Controller>(store, *runtime, *connector, clock, options);
     (void)ctl->Start();
   }
@@ -184,10 +188,12 @@ void EndToEnd(const std::string& kind, int runs, int64_t rpc_timeout_ms, int64_t
     if (run) running.values.push_back(Ms(*run - t0));
     if (wrote) write.values.push_back(Ms(*wrote - t0));
   }
-  std::cout << "\n### End to end: " << kind << " share-manager (" << runs
-            << " runs; RPC deadline " << rpc_timeout_ms << " ms, unhealthy grace " << grace_ms
+  std::cout << "\n### End to end: " << kind << " share-manager (" << runs << " runs; RPC deadline "
+            << rpc_timeout_ms << " ms, unhealthy grace " << grace_ms
             << " ms)\n\n| measure | median | max |\n|---|---|---|\n"
-            << error.Row() << "\n" << running.Row() << "\n" << write.Row() << "\n";
+            << error.Row() << "\n"
+            << running.Row() << "\n"
+            << write.Row() << "\n";
   std::cout.flush();
 }
 

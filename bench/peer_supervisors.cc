@@ -31,9 +31,9 @@ const char* PeerName(PeerKind kind) {
 }
 
 absl::StatusOr<std::unique_ptr<PeerSupervisor>> PeerSupervisor::Start(PeerKind kind,
-                                                                     const std::string& dir,
-                                                                     const std::string& volume,
-                                                                     uint16_t nfs_port) {
+                                                                      const std::string& dir,
+                                                                      const std::string& volume,
+                                                                      uint16_t nfs_port) {
   std::unique_ptr<PeerSupervisor> peer(new PeerSupervisor());
   peer->dir_ = dir;
   peer->export_dir_ = dir + "/export";
@@ -41,14 +41,15 @@ absl::StatusOr<std::unique_ptr<PeerSupervisor>> PeerSupervisor::Start(PeerKind k
   for (const auto& d : {peer->export_dir_, state, state + "/recovery"}) {
     if (auto s = sharemgr::EnsureDirectory(d, 0755); !s.ok()) return s;
   }
-  auto config = sharemgr::GaneshaConfig::Create({.volume = volume,
-                                                 .export_dir = peer->export_dir_,
-                                                 .bind_address = "127.0.0.1",
-                                                 .nfs_port = nfs_port,
-                                                 .grace_seconds = 2,
-                                                 .lease_seconds = 2,
-                                                 .recovery_root = state + "/recovery",
-                                                 .plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha"});
+  auto config =
+      sharemgr::GaneshaConfig::Create({.volume = volume,
+                                       .export_dir = peer->export_dir_,
+                                       .bind_address = "127.0.0.1",
+                                       .nfs_port = nfs_port,
+                                       .grace_seconds = 2,
+                                       .lease_seconds = 2,
+                                       .recovery_root = state + "/recovery",
+                                       .plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha"});
   if (!config.ok()) return config.status();
   const std::string conf = state + "/ganesha.conf";
   if (auto s = WriteFile(conf, config->Render(true)); !s.ok()) return s;

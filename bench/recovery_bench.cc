@@ -29,9 +29,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 
-double Ms(Clock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 struct Series {
   explicit Series(std::string n) : name(std::move(n)) {}
@@ -42,8 +40,9 @@ struct Series {
     if (values.empty()) return absl::StrCat("| ", name, " | - | - | ", misses, " |");
     auto sorted = values;
     std::sort(sorted.begin(), sorted.end());
-    const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                            : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
+    const double median = sorted.size() % 2
+                              ? sorted[sorted.size() / 2]
+                              : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
     return absl::StrCat("| ", name, " | ", absl::StrFormat("%.1f %s", median, unit), " | ",
                         absl::StrFormat("%.1f %s", sorted.back(), unit), " | ", misses, " |");
   }
@@ -165,10 +164,11 @@ struct Options {
 };
 
 std::unique_ptr<DaemonProcess> StartShareManager(const Options& o) {
-  auto d = DaemonProcess::Start({.volume = "bench",
-                                 .extra_flags = {"--probe-interval", o.probe_interval,
-                                                 "--probe-failures", std::to_string(o.probe_failures),
-                                                 "--max-deaths", "1000", "--log-level", "info"}});
+  auto d =
+      DaemonProcess::Start({.volume = "bench",
+                            .extra_flags = {"--probe-interval", o.probe_interval,
+                                            "--probe-failures", std::to_string(o.probe_failures),
+                                            "--max-deaths", "1000", "--log-level", "info"}});
   if (!d.ok()) {
     std::cerr << d.status() << "\n";
     std::exit(1);
@@ -190,18 +190,22 @@ void BenchShareManager(const Options& o) {
     const size_t mark = watch.Mark();
     const auto start = Clock::now();
     kill(pid, SIGKILL);
-    Record(detected, start, watch.WaitFor(mark, [](const auto& s) { return s.state() != v1::SERVING; },
-                                          milliseconds(5000)));
+    Record(detected, start,
+           watch.WaitFor(
+               mark, [](const auto& s) { return s.state() != v1::SERVING; }, milliseconds(5000)));
     const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(),
                                          absl::StrCat("/crash-", i), milliseconds(o.hang_cap_ms));
-    Record(serving, start, watch.WaitFor(mark, [pid](const auto& s) {
-      return s.state() == v1::SERVING && s.ganesha_pid() != pid;
-    }, milliseconds(5000)));
+    Record(serving, start,
+           watch.WaitFor(
+               mark,
+               [pid](const auto& s) { return s.state() == v1::SERVING && s.ganesha_pid() != pid; },
+               milliseconds(5000)));
     Record(null_ok, start, probe.null_answered);
     Record(write_ok, start, probe.written);
     std::this_thread::sleep_for(milliseconds(o.settle_ms));  // let client leases lapse
   }
-  PrintTable("share-manager: ganesha crash (SIGKILL)", {detected, serving, null_ok, write_ok}, o.runs);
+  PrintTable("share-manager: ganesha crash (SIGKILL)", {detected, serving, null_ok, write_ok},
+             o.runs);
 
   Series hang_detected("SIGSTOP -> hang detected (status leaves SERVING)");
   Series hang_serving("SIGSTOP -> SERVING again");
@@ -212,11 +216,14 @@ void BenchShareManager(const Options& o) {
     const auto start = Clock::now();
     kill(pid, SIGSTOP);
     Record(hang_detected, start,
-           watch.WaitFor(mark, [](const auto& s) { return s.state() != v1::SERVING; },
-                         milliseconds(o.hang_cap_ms)));
-    Record(hang_serving, start, watch.WaitFor(mark, [pid](const auto& s) {
-      return s.state() == v1::SERVING && s.ganesha_pid() != pid;
-    }, milliseconds(o.hang_cap_ms)));
+           watch.WaitFor(
+               mark, [](const auto& s) { return s.state() != v1::SERVING; },
+               milliseconds(o.hang_cap_ms)));
+    Record(hang_serving, start,
+           watch.WaitFor(
+               mark,
+               [pid](const auto& s) { return s.state() == v1::SERVING && s.ganesha_pid() != pid; },
+               milliseconds(o.hang_cap_ms)));
     const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(), absl::StrCat("/hang-", i),
                                          milliseconds(o.hang_cap_ms));
     Record(hang_write, start, probe.written);
@@ -270,7 +277,7 @@ void BenchFrozenPeer(const Options& o) {
 void BenchPeer(bench::PeerKind kind, const Options& o) {
   char tmpl[] = "/tmp/sharemgr-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) std::exit(1);
-  const uint16_t port = testing_support::PickFreePort();
+  const uint16_t port = supervisor::FreeLoopbackPort();
   auto peer = bench::PeerSupervisor::Start(kind, tmpl, "bench", port);
   if (!peer.ok()) {
     std::cerr << peer.status() << "\n";
@@ -293,8 +300,8 @@ void BenchPeer(bench::PeerKind kind, const Options& o) {
            Clock::now() - start < milliseconds(2000)) {
       std::this_thread::sleep_for(milliseconds(1));
     }
-    const auto probe = ProbeUntilServing(port, "/bench", absl::StrCat("/crash-", i),
-                                         milliseconds(o.hang_cap_ms));
+    const auto probe =
+        ProbeUntilServing(port, "/bench", absl::StrCat("/crash-", i), milliseconds(o.hang_cap_ms));
     Record(null_ok, start, probe.null_answered);
     Record(write_ok, start, probe.written);
     std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
@@ -307,8 +314,8 @@ void BenchPeer(bench::PeerKind kind, const Options& o) {
     const pid_t pid = (*peer)->GaneshaPid();
     const auto start = Clock::now();
     kill(pid, SIGSTOP);
-    const auto probe = ProbeUntilServing(port, "/bench", absl::StrCat("/hang-", i),
-                                         milliseconds(o.hang_cap_ms));
+    const auto probe =
+        ProbeUntilServing(port, "/bench", absl::StrCat("/hang-", i), milliseconds(o.hang_cap_ms));
     Record(hang_write, start, probe.written);
     kill(pid, SIGCONT);  // the peer never noticed; resume it for the next run
     std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));

@@ -49,7 +49,8 @@ Fault FaultInjector::Next() {
 }
 
 absl::Status FaultInjector::Error(Fault fault, const std::string& operation) {
-  if (fault == Fault::kFail) return absl::UnavailableError(absl::StrCat("injected failure: ", operation));
+  if (fault == Fault::kFail)
+    return absl::UnavailableError(absl::StrCat("injected failure: ", operation));
   return absl::DeadlineExceededError(absl::StrCat("injected timeout: ", operation));
 }
 

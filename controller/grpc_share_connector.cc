@@ -9,10 +9,20 @@ std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& en
   return client;
 }
 
+// A channel that failed to connect sits out gRPC's reconnect backoff; a pod
+// that is just starting must be seen as soon as it listens, so start afresh.
+void GrpcShareConnector::Forget(const std::string& endpoint) {
+  std::lock_guard lock(mu_);
+  clients_.erase(endpoint);
+}
+
 ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
   if (pod.endpoint.empty()) return {.error = "pod has no endpoint"};
   auto status = ClientFor(pod.endpoint)->GetStatus();
-  if (!status.ok()) return {.error = std::string(status.status().message())};
+  if (!status.ok()) {
+    if (status.status().code() == absl::StatusCode::kUnavailable) Forget(pod.endpoint);
+    return {.error = std::string(status.status().message())};
+  }
   return {.reachable = true,
           .state = status->state(),
           .reason = status->reason(),

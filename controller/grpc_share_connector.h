@@ -20,6 +20,7 @@ class GrpcShareConnector final : public ShareConnector {
 
  private:
   std::shared_ptr<ShareClient> ClientFor(const std::string& endpoint);
+  void Forget(const std::string& endpoint);
 
   ShareClientOptions options_;
   std::mutex mu_;

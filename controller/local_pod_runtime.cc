@@ -4,32 +4,18 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <condition_variable>
-#include <future>
 #include <filesystem>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "sharemgr/share.h"
+#include "supervisor/loopback_port.h"
 
 namespace controller {
 namespace {
-
-uint16_t FreeLoopbackPort() {
-  supervisor::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return 0;
-  }
-  return ntohs(addr.sin_port);
-}
 
 // epoll data: the pidfd or output fd number, with the kind in the top bit.
 constexpr uint64_t kOutputBit = 1ull << 63;
@@ -73,13 +59,13 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
   if (auto s = sharemgr::EnsureDirectory(volume_dir, 0755); !s.ok()) return s;
   Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
-  const uint16_t grpc_port = FreeLoopbackPort();
+  const uint16_t grpc_port = supervisor::FreeLoopbackPort();
   pod.endpoint = absl::StrCat("127.0.0.1:", grpc_port);
   {
     std::lock_guard lock(mu_);
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     auto& port = nfs_ports_[spec.volume()];
-    if (port == 0) port = FreeLoopbackPort();
+    if (port == 0) port = supervisor::FreeLoopbackPort();
     pod.nfs_port = port;
   }
   std::vector<std::string> argv = {options_.share_manager_binary,
@@ -122,7 +108,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
       epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
     }
   }
-  Notify(pod.volume);
+  listeners_.Notify(pod.volume);
   return pod;
 }
 
@@ -176,7 +162,7 @@ void LocalPodRuntime::Monitor() {
           } else if (!(data & kOutputBit) && local.process->pidfd() == fd) {
             epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
             auto exit = local.process->Reap();
-            local.pod.exit_code = exit.ok() ? (exit->signal ? 128 + exit->signal : exit->code) : -1;
+            local.pod.exit_code = exit.ok() ? exit->ShellCode() : -1;
             local.pod.phase = local.pod.exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
             exited.push_back(local.pod.volume);
           }
@@ -184,7 +170,7 @@ void LocalPodRuntime::Monitor() {
       }
     }
     if (!exited.empty()) ExitCv().notify_all();
-    for (const auto& volume : exited) Notify(volume);
+    for (const auto& volume : exited) listeners_.Notify(volume);
   }
 }
 
@@ -214,7 +200,7 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
     pods_.erase(it);
   }
   lock.unlock();
-  Notify(volume);
+  listeners_.Notify(volume);
   return absl::OkStatus();
 }
 
@@ -227,19 +213,7 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
   return out;
 }
 
-void LocalPodRuntime::Watch(Listener listener) {
-  std::lock_guard lock(mu_);
-  listeners_.push_back(std::move(listener));
-}
-
-void LocalPodRuntime::Notify(const std::string& volume) {
-  std::vector<Listener> listeners;
-  {
-    std::lock_guard lock(mu_);
-    listeners = listeners_;
-  }
-  for (const auto& l : listeners) l(volume);
-}
+void LocalPodRuntime::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
 
 uint16_t LocalPodRuntime::NfsPort(const std::string& volume) const {
   std::lock_guard lock(mu_);

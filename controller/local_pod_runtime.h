@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller/listeners.h"
 #include "controller/pod_runtime.h"
 #include "supervisor/child_process.h"
 #include "supervisor/unique_fd.h"
@@ -57,14 +58,13 @@ class LocalPodRuntime final : public PodRuntime {
   // thread that forked it, and pods must live as long as the runtime, not as
   // long as whichever controller worker created them.
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv);
-  void Notify(const std::string& volume);
   void OnExit(const std::string& name);
 
   LocalPodRuntimeOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, LocalPod> pods_;
   std::map<std::string, uint16_t> nfs_ports_;
-  std::vector<Listener> listeners_;
+  Listeners listeners_;
   supervisor::UniqueFd epoll_;
   supervisor::UniqueFd wakeup_;
   bool stop_ = false;

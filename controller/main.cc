@@ -2,9 +2,8 @@
 // (optionally persisted) and LocalPodRuntime, for shares given by flags or a
 // file, and prints each share's phase as it changes.
 #include <signal.h>
-#include <unistd.h>
-
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -149,8 +148,9 @@ int main(int argc, char** argv) {
     auto record = store->Get(name);
     if (!record.ok()) return;
     const auto& st = record->status();
-    const std::string line = fmt::format("{} {} epoch={} pod={} {}", name, v1::Phase_Name(st.phase()),
-                                         st.epoch(), st.pod().empty() ? "-" : st.pod(), st.reason());
+    const std::string line =
+        fmt::format("{} {} epoch={} pod={} {}", name, v1::Phase_Name(st.phase()), st.epoch(),
+                    st.pod().empty() ? "-" : st.pod(), st.reason());
     std::lock_guard lock(print_mu);
     if (last_line[name] == line) return;
     last_line[name] = line;

@@ -78,7 +78,7 @@ absl::StatusOr<ShareRecord> MemoryStore::Create(ShareRecord record) {
       return s;
     }
   }
-  Notify(record.name());
+  listeners_.Notify(record.name());
   return record;
 }
 
@@ -106,7 +106,7 @@ absl::StatusOr<ShareRecord> MemoryStore::Update(const ShareRecord& record) {
       return s;
     }
   }
-  Notify(record.name());
+  listeners_.Notify(record.name());
   return stored;
 }
 
@@ -114,7 +114,8 @@ absl::Status MemoryStore::Delete(const std::string& name) {
   {
     std::lock_guard lock(mu_);
     auto it = records_.find(name);
-    if (it == records_.end()) return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
+    if (it == records_.end())
+      return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
     ShareRecord previous = std::move(it->second);
     records_.erase(it);
     if (auto s = PersistLocked(); !s.ok()) {
@@ -122,22 +123,10 @@ absl::Status MemoryStore::Delete(const std::string& name) {
       return s;
     }
   }
-  Notify(name);
+  listeners_.Notify(name);
   return absl::OkStatus();
 }
 
-void MemoryStore::Watch(Listener listener) {
-  std::lock_guard lock(listeners_mu_);
-  listeners_.push_back(std::move(listener));
-}
-
-void MemoryStore::Notify(const std::string& name) {
-  std::vector<Listener> listeners;
-  {
-    std::lock_guard lock(listeners_mu_);
-    listeners = listeners_;
-  }
-  for (const auto& l : listeners) l(name);
-}
+void MemoryStore::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
 
 }  // namespace controller

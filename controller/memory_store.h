@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "controller/listeners.h"
 #include "controller/store.h"
 
 namespace controller {
@@ -26,14 +27,12 @@ class MemoryStore final : public Store {
 
  private:
   absl::Status PersistLocked() const;
-  void Notify(const std::string& name);
 
   std::mutex mu_;
   std::unordered_map<std::string, ShareRecord> records_;
   uint64_t version_ = 0;
   std::string path_;
-  std::mutex listeners_mu_;
-  std::vector<Listener> listeners_;
+  Listeners listeners_;
 };
 
 }  // namespace controller

@@ -32,8 +32,8 @@ std::string Describe(const ShareObservation& share) {
 
 }  // namespace
 
-ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& observed,
-                                int64_t now, const ReconcilerOptions& options) {
+ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& observed, int64_t now,
+                                const ReconcilerOptions& options) {
   ShareStatusRecord st = record.status();
   st.set_observed_spec_generation(record.spec_generation());
   if (st.epoch() == 0) st.set_epoch(1);
@@ -65,8 +65,9 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
     return st;
   }
   if (IsDead(pod->phase)) {
-    SetPhase(st, v1::ERROR, absl::StrCat("pod ", pod->name, " ", PodPhaseName(pod->phase),
-                                         " with exit code ", pod->exit_code));
+    SetPhase(st, v1::ERROR,
+             absl::StrCat("pod ", pod->name, " ", PodPhaseName(pod->phase), " with exit code ",
+                          pod->exit_code));
     SetCondition(st, condition::kPodReady, false, std::string(PodPhaseName(pod->phase)),
                  st.reason(), now);
     return st;
@@ -79,7 +80,8 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
       ShareObservation{.error = absl::StrCat("pod phase ", PodPhaseName(pod->phase))});
   const bool serving = share.reachable && share.state == sharemanager::v1::SERVING;
   SetCondition(st, condition::kHealthy, serving, serving ? "Serving" : "NotServing",
-               serving ? "" : Describe(share), now);
+               serving ? "" : Describe(share),
+               observed.started_ms != 0 ? observed.started_ms : now);
   if (share.reachable) {
     st.set_remount_acknowledged_generation(
         std::max(st.remount_acknowledged_generation(), share.handled_generation));
@@ -104,8 +106,9 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   } else {
     const bool served_before = record.status().phase() == v1::RUNNING;
     const int64_t grace = served_before ? options.unhealthy_grace_ms : options.start_timeout_ms;
-    const int64_t since = std::max(FindCondition(st, condition::kHealthy)->last_transition_unix_ms(),
-                                   st.pod_created_unix_ms());
+    const int64_t since =
+        std::max(FindCondition(st, condition::kHealthy)->last_transition_unix_ms(),
+                 st.pod_created_unix_ms());
     if (now - since >= grace) {
       SetPhase(st, v1::ERROR,
                absl::StrCat("not serving for ", now - since, " ms: ", Describe(share)));
@@ -137,7 +140,8 @@ absl::Status Reconciler::Persist(ShareRecord& record, const ShareStatusRecord& s
 int64_t Reconciler::ReplaceBackoff(const ShareStatusRecord& status) const {
   if (status.replacements() == 0) return 0;
   int64_t backoff = options_.replace_backoff_initial_ms;
-  for (uint32_t i = 1; i < status.replacements() && backoff < options_.replace_backoff_max_ms; ++i) {
+  for (uint32_t i = 1; i < status.replacements() && backoff < options_.replace_backoff_max_ms;
+       ++i) {
     backoff *= 2;
   }
   return std::min(backoff, options_.replace_backoff_max_ms);
@@ -150,19 +154,19 @@ PassResult Reconciler::Reconcile(const std::string& name) {
     return {.requeue_after_ms = std::nullopt, .error = got.status()};
   }
   ShareRecord record = *std::move(got);
-  const int64_t now = clock_.NowMs();
+  const int64_t started = clock_.NowMs();
 
   // Observe.
   auto pods = runtime_.List(record.spec().volume());
   if (!pods.ok()) {
     ShareStatusRecord st = record.status();
     SetCondition(st, condition::kRuntimeUnavailable, true, "ListFailed",
-                 std::string(pods.status().message()), now);
+                 std::string(pods.status().message()), started);
     const auto persisted = Persist(record, st);
     return {.requeue_after_ms = std::nullopt, .error = persisted.ok() ? pods.status() : persisted};
   }
   const uint64_t epoch = std::max<uint64_t>(record.status().epoch(), 1);
-  Observation observed;
+  Observation observed{.started_ms = started};
   for (const Pod& pod : *pods) {
     if (pod.epoch == epoch) {
       observed.current = &pod;
@@ -174,6 +178,7 @@ PassResult Reconciler::Reconcile(const std::string& name) {
       observed.current->phase != PodPhase::kPending) {
     observed.share = connector_.Observe(*observed.current);
   }
+  const int64_t now = clock_.NowMs();
 
   // Compute and record, before any action.
   ShareStatusRecord st = ComputeStatus(record, observed, now, options_);
@@ -193,14 +198,16 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   if (!delete_error.empty() || FindCondition(st, condition::kPodDeleteFailed) != nullptr) {
     SetCondition(st, condition::kPodDeleteFailed, !delete_error.empty(), "DeleteFailed",
                  delete_error, now);
-    if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
+    if (auto s = Persist(record, st); !s.ok())
+      return {.requeue_after_ms = std::nullopt, .error = s};
   }
   if (!delete_error.empty()) {
     return {.requeue_after_ms = std::nullopt, .error = absl::UnavailableError(delete_error)};
   }
   if (!record.spec().serve()) {
-    return {.requeue_after_ms = st.phase() == v1::STOPPED ? std::nullopt
-                                                          : std::optional<int64_t>(options_.resync_ms)};
+    return {.requeue_after_ms = st.phase() == v1::STOPPED
+                                    ? std::nullopt
+                                    : std::optional<int64_t>(options_.resync_ms)};
   }
   if (replace || !observed.stale.empty()) {
     return {.requeue_after_ms = 0};  // create the replacement once the deletions are observed
@@ -221,7 +228,8 @@ PassResult Reconciler::Reconcile(const std::string& name) {
       SetCondition(st, condition::kMountFailed, true, "MountFailed",
                    std::string(handled.status().message()), now);
     }
-    if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
+    if (auto s = Persist(record, st); !s.ok())
+      return {.requeue_after_ms = std::nullopt, .error = s};
   }
   return {.requeue_after_ms = options_.resync_ms};
 }
@@ -238,7 +246,8 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, int6
     st.set_replacements(st.replacements() + 1);
     st.set_last_replacement_unix_ms(now);
     SetPhase(st, v1::PENDING, absl::StrCat("replacing the pod with epoch ", st.epoch()));
-    if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
+    if (auto s = Persist(record, st); !s.ok())
+      return {.requeue_after_ms = std::nullopt, .error = s};
   }
   auto pod = runtime_.Create(record.spec(), st.epoch());
   if (!pod.ok()) {

@@ -43,9 +43,12 @@ struct PassResult {
 
 // What a pass saw, before acting: pure input to ComputeStatus.
 struct Observation {
-  const Pod* current = nullptr;       // the pod of the status' epoch
-  std::vector<const Pod*> stale;      // pods of any other epoch
+  const Pod* current = nullptr;           // the pod of the status' epoch
+  std::vector<const Pod*> stale;          // pods of any other epoch
   std::optional<ShareObservation> share;  // when `current` runs
+  // When the observation began: a peer that stayed unreachable for a whole
+  // call deadline has been unhealthy since then, not since the call failed.
+  int64_t started_ms = 0;
 };
 
 // The status a pass should persist for what it observed. Pure.

@@ -97,10 +97,10 @@ StatusWatch::~StatusWatch() {
 }
 
 void StatusWatch::Run() {
-  auto channel = MakeChannel(endpoint_, milliseconds(2000));
-  auto stub = v1::ShareManager::NewStub(channel);
   milliseconds backoff(50);
   for (;;) {
+    // A fresh channel per attempt: our own backoff paces reconnects, not gRPC's.
+    auto stub = v1::ShareManager::NewStub(MakeChannel(endpoint_, milliseconds(2000)));
     grpc::ClientContext context;
     {
       std::lock_guard lock(mu_);

@@ -7,8 +7,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -32,7 +32,8 @@ class ShareClient {
  public:
   ShareClient(const std::string& endpoint, ShareClientOptions options = {});
 
-  absl::StatusOr<sharemanager::v1::ShareStatus> GetStatus(std::optional<milliseconds> deadline = {});
+  absl::StatusOr<sharemanager::v1::ShareStatus> GetStatus(
+      std::optional<milliseconds> deadline = {});
   absl::StatusOr<uint64_t> Mount(uint64_t epoch, uint64_t generation,
                                  std::optional<milliseconds> deadline = {});
   absl::Status Unmount(uint64_t epoch, std::optional<milliseconds> deadline = {});

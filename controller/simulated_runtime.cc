@@ -8,21 +8,22 @@ namespace controller {
 
 absl::StatusOr<Pod> SimulatedCluster::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                              uint64_t epoch) {
-  return WithFault<absl::StatusOr<Pod>>(runtime_faults_, "create pod", [&]() -> absl::StatusOr<Pod> {
-    Pod pod{.name = PodName(spec.volume(), epoch),
-            .volume = spec.volume(),
-            .epoch = epoch,
-            .phase = PodPhase::kRunning,
-            .endpoint = absl::StrCat("sim:", spec.volume(), "/", epoch)};
-    {
-      std::lock_guard lock(mu_);
-      if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
-      pods_[pod.name] = SimPod{.pod = pod};
-      by_volume_[pod.volume].push_back(pod.name);
-    }
-    Notify(pod.volume);
-    return pod;
-  });
+  return WithFault<absl::StatusOr<Pod>>(
+      runtime_faults_, "create pod", [&]() -> absl::StatusOr<Pod> {
+        Pod pod{.name = PodName(spec.volume(), epoch),
+                .volume = spec.volume(),
+                .epoch = epoch,
+                .phase = PodPhase::kRunning,
+                .endpoint = absl::StrCat("sim:", spec.volume(), "/", epoch)};
+        {
+          std::lock_guard lock(mu_);
+          if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
+          pods_[pod.name] = SimPod{.pod = pod};
+          by_volume_[pod.volume].push_back(pod.name);
+        }
+        listeners_.Notify(pod.volume);
+        return pod;
+      });
 }
 
 absl::Status SimulatedCluster::Delete(const std::string& name) {
@@ -37,7 +38,7 @@ absl::Status SimulatedCluster::Delete(const std::string& name) {
       auto& names = by_volume_[volume];
       names.erase(std::remove(names.begin(), names.end(), name), names.end());
     }
-    Notify(volume);
+    listeners_.Notify(volume);
     return absl::OkStatus();
   });
 }
@@ -54,19 +55,7 @@ absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volum
       });
 }
 
-void SimulatedCluster::Watch(Listener listener) {
-  std::lock_guard lock(mu_);
-  listeners_.push_back(std::move(listener));
-}
-
-void SimulatedCluster::Notify(const std::string& volume) {
-  std::vector<Listener> listeners;
-  {
-    std::lock_guard lock(mu_);
-    listeners = listeners_;
-  }
-  for (const auto& l : listeners) l(volume);
-}
+void SimulatedCluster::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
 
 ShareObservation SimulatedCluster::Observe(const Pod& pod) {
   const Fault fault = rpc_faults_.Next();
@@ -118,7 +107,7 @@ void SimulatedCluster::Kill(const std::string& name, int exit_code) {
     it->second.pod.exit_code = exit_code;
     volume = it->second.pod.volume;
   }
-  Notify(volume);
+  listeners_.Notify(volume);
 }
 
 void SimulatedCluster::Freeze(const std::string& name, bool frozen) {

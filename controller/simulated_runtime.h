@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "controller/fault_injector.h"
+#include "controller/listeners.h"
 #include "controller/pod_runtime.h"
 #include "controller/share_connector.h"
 
@@ -23,7 +24,7 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
     bool serving = true;     // SERVING once Running
     bool read_only = false;  // the export went read-only
     uint64_t handled_generation = 0;
-    uint64_t mounts = 0;     // Mount calls that reached it
+    uint64_t mounts = 0;  // Mount calls that reached it
     uint64_t stale_epoch_refusals = 0;
   };
 
@@ -50,12 +51,10 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   FaultInjector& rpc_faults() { return rpc_faults_; }
 
  private:
-  void Notify(const std::string& volume);
-
   mutable std::mutex mu_;
   std::map<std::string, SimPod> pods_;  // by pod name
   std::unordered_map<std::string, std::vector<std::string>> by_volume_;
-  std::vector<Listener> listeners_;
+  Listeners listeners_;
   FaultInjector runtime_faults_;
   FaultInjector rpc_faults_;
 };

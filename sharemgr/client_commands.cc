@@ -7,15 +7,15 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <ctime>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "sharemgr/exit_codes.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "supervisor/clock.h"
 
 namespace sharemgr {
@@ -50,8 +50,8 @@ int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::s
                                  ? "no answer within --timeout (server frozen, overloaded or "
                                    "unreachable)"
                                  : status.error_message();
-  std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ")
-            << detail << " (gRPC code " << static_cast<int>(status.error_code()) << ")\n";
+  std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ") << detail
+            << " (gRPC code " << static_cast<int>(status.error_code()) << ")\n";
   return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
                                                                            : kClientUnreachable;
 }
@@ -233,7 +233,8 @@ class Client {
 void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
   auto add = [&](const char* name, const char* help, auto method) {
     CLI::App* cmd = app.add_subcommand(name, help);
-    cmd->add_option("--addr", flags.addr, "share-manager gRPC address HOST:PORT or unix socket path")
+    cmd->add_option("--addr", flags.addr,
+                    "share-manager gRPC address HOST:PORT or unix socket path")
         ->capture_default_str();
     cmd->add_option("--timeout", flags.timeout, "Deadline for the call (connect included)")
         ->capture_default_str();
@@ -246,8 +247,7 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
   };
   add("status", "Print the share's status", &Client::Status)
       ->add_flag("--json", flags.json, "Print JSON");
-  add("watch", "Print the status now and at every change, until the server stops",
-      &Client::Watch)
+  add("watch", "Print the status now and at every change, until the server stops", &Client::Watch)
       ->add_flag("--json", flags.json, "Print JSON, one object per line");
   auto* mount = add("mount", "(Re)export the share", &Client::Mount);
   mount->add_option("--epoch", flags.epoch, "Fencing epoch (0: unchecked)");

@@ -1,12 +1,9 @@
 #include "sharemgr/daemon.h"
 
-#include <signal.h>
-
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
-
-#include "supervisor/fmt_absl.h"
 
 #include <optional>
 #include <thread>
@@ -16,6 +13,7 @@
 #include "sharemgr/share.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/status_board.h"
+#include "supervisor/fmt_absl.h"
 #include "supervisor/nfs_null_probe.h"
 
 namespace sharemgr {
@@ -100,9 +98,9 @@ int RunDaemon(const DaemonConfig& config) {
   signal(SIGPIPE, SIG_IGN);
 
   const auto& export_dir = config.ganesha.input().export_dir;
-  for (const auto& [dir, mode] : {std::pair{config.state_dir, 0700u},
-                                  std::pair{config.ganesha.input().recovery_root, 0700u},
-                                  std::pair{export_dir, 0755u}}) {
+  for (const auto& [dir, mode] :
+       {std::pair{config.state_dir, 0700u}, std::pair{config.ganesha.input().recovery_root, 0700u},
+        std::pair{export_dir, 0755u}}) {
     if (auto status = EnsureDirectory(dir, mode); !status.ok()) {
       spdlog::error("{}", status.message());
       return kExitStartup;
@@ -129,23 +127,24 @@ int RunDaemon(const DaemonConfig& config) {
     share.Fill(s);
   });
 
-  ShareService service(board,
-                       ShareCommands{
-                           .post = [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
-                           .mount =
-                               [&](uint64_t generation) {
-                                 auto handled = share.Mount(generation);
-                                 board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
-                                 return handled;
-                               },
-                           .unmount =
-                               [&] {
-                                 auto status = share.Unmount();
-                                 board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
-                                 return status;
-                               },
-                       },
-                       config.epoch);
+  ShareService service(
+      board,
+      ShareCommands{
+          .post = [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
+          .mount =
+              [&](uint64_t generation) {
+                auto handled = share.Mount(generation);
+                board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                return handled;
+              },
+          .unmount =
+              [&] {
+                auto status = share.Unmount();
+                board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                return status;
+              },
+      },
+      config.epoch);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // Without this a second share-manager could bind the same port and split traffic.

@@ -127,8 +127,8 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   auto stop_timeout = FlagDuration("--stop-timeout", f.stop_timeout, Duration(0));
   auto failed_linger = FlagDuration("--failed-linger", f.failed_linger, Duration(0));
   auto death_window = FlagDuration("--death-window", f.death_window, Duration(1000));
-  for (const auto* d : {&probe_interval, &start_timeout, &stop_timeout, &failed_linger,
-                        &death_window}) {
+  for (const auto* d :
+       {&probe_interval, &start_timeout, &stop_timeout, &failed_linger, &death_window}) {
     if (!d->ok()) return d->status();
   }
   sup.probe_interval = *probe_interval;
@@ -140,8 +140,8 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   sup.restart.death_window = *death_window;
   const std::string config_path = absl::StrCat(state_dir, "/ganesha.conf");
   sup.log_file = absl::StrCat(state_dir, "/ganesha.log");
-  sup.command = {f.ganesha_bin, "-F",     "-f",     config_path, "-L",
-                 sup.log_file,  "-p",     absl::StrCat(state_dir, "/ganesha.pid"),
+  sup.command = {f.ganesha_bin, "-F",         "-f", config_path,
+                 "-L",          sup.log_file, "-p", absl::StrCat(state_dir, "/ganesha.pid"),
                  "-N",          "NIV_EVENT"};
 
   return DaemonConfig{

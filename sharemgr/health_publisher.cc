@@ -3,9 +3,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "supervisor/fmt_absl.h"
-
 #include "sharemgr/health_names.h"
+#include "supervisor/fmt_absl.h"
 
 namespace sharemgr {
 
@@ -53,9 +52,9 @@ void HealthPublisher::Watchdog() {
     if (stalled == stalled_) continue;
     stalled_ = stalled;
     if (stalled) {
-      spdlog::error("supervisor loop silent for {}; liveness NOT_SERVING",
-                    supervisor::FormatDuration(
-                        std::chrono::duration_cast<supervisor::Duration>(silent)));
+      spdlog::error(
+          "supervisor loop silent for {}; liveness NOT_SERVING",
+          supervisor::FormatDuration(std::chrono::duration_cast<supervisor::Duration>(silent)));
     } else {
       spdlog::info("supervisor loop ticking again; liveness restored");
     }

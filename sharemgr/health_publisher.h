@@ -22,7 +22,8 @@ class HealthPublisher {
   // `last_tick` reports when the supervisor loop last woke; a loop silent for
   // longer than `stall_limit` makes liveness NOT_SERVING.
   HealthPublisher(grpc::HealthCheckServiceInterface& health,
-                  std::function<supervisor::TimePoint()> last_tick, supervisor::Duration stall_limit);
+                  std::function<supervisor::TimePoint()> last_tick,
+                  supervisor::Duration stall_limit);
   ~HealthPublisher();
   HealthPublisher(const HealthPublisher&) = delete;
   HealthPublisher& operator=(const HealthPublisher&) = delete;

@@ -3,8 +3,6 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "supervisor/fmt_absl.h"
-
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -12,6 +10,7 @@
 #include "sharemgr/daemon.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/exit_codes.h"
+#include "supervisor/fmt_absl.h"
 
 namespace {
 

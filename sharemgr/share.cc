@@ -1,6 +1,7 @@
 #include "sharemgr/share.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,11 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include <spdlog/spdlog.h>
-
-#include "supervisor/fmt_absl.h"
-
 #include "absl/strings/str_cat.h"
+#include "supervisor/fmt_absl.h"
 #include "supervisor/unique_fd.h"
 
 namespace sharemgr {
@@ -48,7 +46,7 @@ absl::Status EnsureDirectory(const std::string& path, unsigned mode) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", ec.message()));
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return Errno("cannot stat", path);
   if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
   if ((st.st_mode & 07777) != mode) chmod(path.c_str(), mode);
@@ -56,7 +54,9 @@ absl::Status EnsureDirectory(const std::string& path, unsigned mode) {
 }
 
 Share::Share(GaneshaConfig config, std::string config_path, std::function<void()> reload)
-    : config_(std::move(config)), config_path_(std::move(config_path)), reload_(std::move(reload)) {}
+    : config_(std::move(config)),
+      config_path_(std::move(config_path)),
+      reload_(std::move(reload)) {}
 
 absl::Status Share::WriteConfig() const {
   return WriteFileAtomically(config_path_, config_.Render(exported_));
@@ -64,15 +64,16 @@ absl::Status Share::WriteConfig() const {
 
 absl::Status Share::CheckReady() {
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
-  struct stat st{};
+  struct stat st {};
   const std::string& dir = config_.input().export_dir;
-  struct statvfs vfs{};
+  struct statvfs vfs {};
   read_only_ = statvfs(dir.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0;
   if (read_only_) {
     return absl::UnavailableError(absl::StrCat("export filesystem at ", dir, " is read-only"));
   }
   if (stat(dir.c_str(), &st) != 0) {
-    return absl::UnavailableError(absl::StrCat("export directory ", dir, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("export directory ", dir, ": ", std::strerror(errno)));
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::UnavailableError(absl::StrCat("export path ", dir, " is not a directory"));
@@ -94,8 +95,8 @@ absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
     return status;
   }
   generation_ = generation != 0 ? std::max(generation, generation_) : generation_ + 1;
-  spdlog::info("export {} at {} (re)exported, remount generation {}",
-               config_.input().export_dir, config_.pseudo_path(), generation_);
+  spdlog::info("export {} at {} (re)exported, remount generation {}", config_.input().export_dir,
+               config_.pseudo_path(), generation_);
   reload_();
   return generation_;
 }

@@ -47,13 +47,13 @@ ShareStatus ShareService::Current() const {
 
 absl::Status ShareService::CheckEpoch(uint64_t requested) const {
   if (requested == 0 || requested == epoch_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "stale epoch: request carries epoch ", requested, " but this share-manager serves epoch ",
-      epoch_));
+  return absl::FailedPreconditionError(
+      absl::StrCat("stale epoch: request carries epoch ", requested,
+                   " but this share-manager serves epoch ", epoch_));
 }
 
-absl::StatusOr<uint64_t> ShareService::RunOnLoop(
-    grpc::ServerContext* context, std::function<absl::StatusOr<uint64_t>()> op) {
+absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
+                                                 std::function<absl::StatusOr<uint64_t>()> op) {
   const ShareState state = board_.Snapshot().state();
   if (state == sharemanager::v1::FAILED || state == sharemanager::v1::STOPPING) {
     return absl::UnavailableError(
@@ -95,7 +95,8 @@ grpc::Status ShareService::Unmount(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ShareService::GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
+grpc::Status ShareService::GetStatus(grpc::ServerContext*,
+                                     const sharemanager::v1::GetStatusRequest*,
                                      ShareStatus* response) {
   *response = Current();
   return grpc::Status::OK;

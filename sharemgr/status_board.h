@@ -23,7 +23,8 @@ class StatusBoard {
 
   // Waits until a version newer than `after` exists, the deadline passes or
   // the board is closed. Returns the new status, or nothing.
-  std::optional<Status> WaitNewer(uint64_t after, std::chrono::steady_clock::time_point deadline) const;
+  std::optional<Status> WaitNewer(uint64_t after,
+                                  std::chrono::steady_clock::time_point deadline) const;
 
   // Wakes every waiter for good (shutdown).
   void Close();

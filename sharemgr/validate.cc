@@ -59,8 +59,8 @@ absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path) 
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) return bad("contains a control character");
     if (absl::string_view("\"'{};#\\`$").find(ch) != absl::string_view::npos) {
-      return bad(absl::StrCat("contains the character '", std::string(1, ch),
-                              "', which is not allowed"));
+      return bad(
+          absl::StrCat("contains the character '", std::string(1, ch), "', which is not allowed"));
     }
   }
   for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
@@ -94,9 +94,9 @@ absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds)
     return absl::InvalidArgumentError("--grace-period must be at most 3600 seconds");
   }
   if (grace_seconds < lease_seconds) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--grace-period (", grace_seconds, "s) must be >= --lease-lifetime (", lease_seconds,
-        "s) so clients can reclaim their state after a restart"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grace-period (", grace_seconds, "s) must be >= --lease-lifetime (",
+                     lease_seconds, "s) so clients can reclaim their state after a restart"));
   }
   return absl::OkStatus();
 }

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 

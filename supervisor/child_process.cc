@@ -26,7 +26,7 @@ absl::Status Errno(const char* what) {
 
 absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   auto executable = [](const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
   };
   if (name.find('/') != std::string::npos) {
@@ -123,8 +123,7 @@ void ChildProcess::SignalGroup(int sig) const {
 
 absl::StatusOr<ChildExit> ChildProcess::Reap() {
   siginfo_t info{};
-  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info,
-             WEXITED | WNOHANG) != 0) {
+  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) != 0) {
     return Errno("waitid");
   }
   if (info.si_pid == 0) return absl::UnavailableError("child has not exited");

@@ -16,6 +16,8 @@ struct ChildExit {
   int code = -1;   // exit code, or -1 when killed by a signal
   int signal = 0;  // terminating signal, or 0
   std::string Describe() const;
+  // As a shell reports it: the exit code, or 128 + the signal.
+  int ShellCode() const { return signal != 0 ? 128 + signal : code; }
 };
 
 class ChildProcess {

@@ -39,7 +39,8 @@ absl::StatusOr<Duration> ParseDuration(std::string_view text) {
   }
   const double ms = value * scale_ms;
   if (ms > 86'400'000.0) {
-    return absl::InvalidArgumentError(absl::StrCat("duration '", std::string(text), "' is over a day"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("duration '", std::string(text), "' is over a day"));
   }
   return Duration(static_cast<int64_t>(std::llround(ms)));
 }

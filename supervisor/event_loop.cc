@@ -1,10 +1,9 @@
 #include "supervisor/event_loop.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,11 +1,10 @@
 #include "supervisor/log_forwarder.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-
-#include <spdlog/spdlog.h>
 
 #include "supervisor/fmt_absl.h"
 
@@ -57,7 +56,7 @@ LogFileFollower::LogFileFollower(EventLoop& loop, std::string path,
   const auto slash = path_.rfind('/');
   const std::string dir = slash == 0 ? "/" : path_.substr(0, slash);
   inotify_add_watch(inotify_.get(), dir.c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO);
-  struct stat st{};
+  struct stat st {};
   if (stat(path_.c_str(), &st) == 0) offset_ = st.st_size;  // old runs were logged then
   token_ = loop_.Watch(inotify_.get(), EPOLLIN, [this](uint32_t) {
     char events[4096];
@@ -74,7 +73,7 @@ LogFileFollower::~LogFileFollower() {
 void LogFileFollower::Drain() {
   UniqueFd fd(open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return;
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd.get(), &st) == 0 && st.st_size < offset_) offset_ = 0;  // truncated
   char buf[8192];
   for (;;) {

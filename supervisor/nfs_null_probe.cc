@@ -152,7 +152,8 @@ absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid) {
     return absl::DataLossError("truncated RPC reply header");
   }
   if (got_xid != xid) return absl::DataLossError(absl::StrCat("reply xid ", got_xid, " != ", xid));
-  if (type != kReply) return absl::DataLossError(absl::StrCat("message type ", type, " is not a reply"));
+  if (type != kReply)
+    return absl::DataLossError(absl::StrCat("message type ", type, " is not a reply"));
   if (reply_stat != kMsgAccepted) return absl::PermissionDeniedError("RPC call denied");
   if (!r.U32(verf_flavor) || !r.U32(verf_len) || !r.Skip(verf_len) || !r.U32(accept)) {
     return absl::DataLossError("truncated accepted reply");

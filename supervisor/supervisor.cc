@@ -1,16 +1,14 @@
 #include "supervisor/supervisor.h"
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 
-#include <spdlog/spdlog.h>
-
-#include "supervisor/fmt_absl.h"
-
 #include "absl/strings/str_cat.h"
+#include "supervisor/fmt_absl.h"
 
 namespace supervisor {
 namespace {
@@ -181,8 +179,8 @@ void Supervisor::SpawnChild() {
       linger_timer_.Arm(options_.failed_linger);
       return;
     }
-    machine_.TransitionTo(State::kDegraded, absl::StrCat("cannot start ganesha: ",
-                                                         child.status().message()));
+    machine_.TransitionTo(State::kDegraded,
+                          absl::StrCat("cannot start ganesha: ", child.status().message()));
     Publish();
     restart_timer_.Arm(decision.delay);
     return;
@@ -197,9 +195,9 @@ void Supervisor::SpawnChild() {
   status_.child_started = std::chrono::system_clock::now();
   spdlog::info("started ganesha pid {}", child_->pid());
   if (status_.state == State::kDegraded) {
-    status_.reason = absl::StrCat("ganesha restarted as pid ", child_->pid(),
-                                  ", waiting for it to answer (previous ",
-                                  status_.last_exit_description, ")");
+    status_.reason =
+        absl::StrCat("ganesha restarted as pid ", child_->pid(),
+                     ", waiting for it to answer (previous ", status_.last_exit_description, ")");
   }
   output_.emplace(spdlog::get("ganesha"));
   pidfd_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnChildExit(); });
@@ -295,8 +293,8 @@ void Supervisor::OnProbeTimer() {
   if (!child_) return;
   if (!answered_ && clock_.Now() > start_deadline_) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
-                      FormatDuration(options_.start_timeout), " of starting (last: ",
-                      last_probe_error_, ")"));
+                      FormatDuration(options_.start_timeout),
+                      " of starting (last: ", last_probe_error_, ")"));
     return;
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
@@ -319,8 +317,8 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
     spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
                  result.message());
     if (misses_ >= options_.probe_failures) {
-      Kill(absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ",
-                        result.message(), ")"));
+      Kill(absl::StrCat("hung: ", misses_,
+                        " NFS NULL probes missed in a row (last: ", result.message(), ")"));
     }
     return;
   }

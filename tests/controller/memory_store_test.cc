@@ -89,9 +89,9 @@ TEST_CASE("the faulty store fails the k-th call, and a timeout-after still takes
   MemoryStore memory;
   FaultyStore store(memory);
   store.faults().FailCall(2, Fault::kFail);
-  REQUIRE(store.Create(Record("a")).ok());                      // call 1
+  REQUIRE(store.Create(Record("a")).ok());                                  // call 1
   CHECK(store.Get("a").status().code() == absl::StatusCode::kUnavailable);  // call 2
-  CHECK(store.Get("a").ok());                                   // call 3
+  CHECK(store.Get("a").ok());                                               // call 3
   store.faults().FailCall(1, Fault::kTimeoutAfter);
   auto r = *memory.Get("a");
   r.mutable_status()->set_reason("applied");

@@ -21,7 +21,8 @@ TEST_CASE("a new share gets epoch 1, one pod, and runs") {
   CHECK(ConditionTrue(record.status(), condition::kHealthy));
 }
 
-TEST_CASE("no deadlock: a dead pod leaves RUNNING within one pass even when every Mount times out") {
+TEST_CASE(
+    "no deadlock: a dead pod leaves RUNNING within one pass even when every Mount times out") {
   Sim sim;
   sim.AddShare("vol");
   REQUIRE(sim.RunUntilRunning("vol"));
@@ -47,7 +48,9 @@ TEST_CASE("no deadlock: a dead pod leaves RUNNING within one pass even when ever
   CHECK(sim.CurrentPod("vol") == PodName("vol", 2));
 }
 
-TEST_CASE("no deadlock: a frozen share-manager is recorded unhealthy at once and replaced after the grace") {
+TEST_CASE(
+    "no deadlock: a frozen share-manager is recorded unhealthy at once and replaced after the "
+    "grace") {
   ReconcilerOptions options;
   options.unhealthy_grace_ms = 2000;
   Sim sim(options);
@@ -70,7 +73,9 @@ TEST_CASE("no deadlock: a frozen share-manager is recorded unhealthy at once and
   CHECK(sim.Get("vol").status().epoch() == 2);
 }
 
-TEST_CASE("no remount flood: 1000 read-only passes make one request; the gate fires once after its delay") {
+TEST_CASE(
+    "no remount flood: 1000 read-only passes make one request; the gate fires once after its "
+    "delay") {
   ReconcilerOptions options;
   options.remount_delay_ms = 5000;
   Sim sim(options);
@@ -153,8 +158,8 @@ TEST_CASE("never two active: every store write and pod call failing in turn duri
         sim.AddShare("vol");
         REQUIRE(sim.RunUntilRunning("vol"));
         const uint64_t old_epoch = sim.Get("vol").status().epoch();
-        FaultInjector& faults = std::string(target) == "store" ? sim.store.faults()
-                                                               : sim.cluster.runtime_faults();
+        FaultInjector& faults =
+            std::string(target) == "store" ? sim.store.faults() : sim.cluster.runtime_faults();
         faults.FailCall(k, fault);
         sim.cluster.Kill(sim.CurrentPod("vol"), 3);
         for (int pass = 0; pass < 40; ++pass) {

@@ -16,7 +16,8 @@ namespace controller {
 namespace pb = sharemanager::controller::v1;
 
 struct Sim {
-  explicit Sim(ReconcilerOptions options = {}) : reconciler(store, cluster, cluster, clock, options) {}
+  explicit Sim(ReconcilerOptions options = {})
+      : reconciler(store, cluster, cluster, clock, options) {}
 
   void AddShare(const std::string& volume) {
     ShareRecord record;

@@ -35,8 +35,8 @@ struct Cluster {
         .share_manager_binary = testing_support::ShareManagerBinary(),
         .work_dir = dir,
         .daemon_flags = {"--grace-period", "2", "--lease-lifetime", "2", "--max-deaths", "1",
-                         "--failed-linger", "200ms", "--probe-interval", "200ms",
-                         "--stop-timeout", "2s", "--log-level", "debug"},
+                         "--failed-linger", "200ms", "--probe-interval", "200ms", "--stop-timeout",
+                         "2s", "--log-level", "debug"},
         .termination_grace = milliseconds(3000)});
     ShareRecord record;
     record.set_name(kVolume);
@@ -47,7 +47,8 @@ struct Cluster {
       auto r = store.Get(name);
       if (!r.ok()) return;
       std::lock_guard lock(mu);
-      if (phases.empty() || phases.back() != r->status().phase()) phases.push_back(r->status().phase());
+      if (phases.empty() || phases.back() != r->status().phase())
+        phases.push_back(r->status().phase());
     });
     ControllerOptions options;
     options.workers = 2;
@@ -152,7 +153,9 @@ void CheckAllReadBack(uint16_t port, const std::vector<std::string>& files) {
 
 }  // namespace
 
-TEST_CASE("5. ganesha killed until its share-manager gives up: share failed, pod replaced, writes resume, data intact") {
+TEST_CASE(
+    "5. ganesha killed until its share-manager gives up: share failed, pod replaced, writes "
+    "resume, data intact") {
   Cluster cluster;
   REQUIRE(cluster.WaitRunning(1, milliseconds(20'000)));
   const auto first = cluster.Status();

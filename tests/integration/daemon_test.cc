@@ -121,9 +121,8 @@ TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, w
   const pid_t old_pid = serving->ganesha_pid();
   REQUIRE(kill(old_pid, SIGKILL) == 0);
 
-  const auto left = d->WaitFor(
-      [&](const v1::ShareStatus& s) { return s.restart_count() >= 1; }, milliseconds(5000),
-      "a restart");
+  const auto left = d->WaitFor([&](const v1::ShareStatus& s) { return s.restart_count() >= 1; },
+                               milliseconds(5000), "a restart");
   REQUIRE_MESSAGE(left.ok(), left.status().ToString());
   CHECK(left->last_exit().present());
   CHECK(left->last_exit().signal() == SIGKILL);
@@ -141,7 +140,8 @@ TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, w
   CHECK(ReadLocal(d->export_dir() + "/after.txt") == "after");
 }
 
-TEST_CASE("3. SIGSTOP ganesha: the hang is detected by NULL probes, ganesha is killed and restarted") {
+TEST_CASE(
+    "3. SIGSTOP ganesha: the hang is detected by NULL probes, ganesha is killed and restarted") {
   auto d = StartDaemon({.extra_flags = {"--probe-interval", "200ms", "--probe-failures", "3"}});
   const pid_t old_pid = d->Status()->ganesha_pid();
   REQUIRE(kill(old_pid, SIGSTOP) == 0);
@@ -163,9 +163,10 @@ TEST_CASE("4. beyond the death budget: FAILED, health NOT_SERVING, exit code 3")
     const auto s = d->WaitServing();
     REQUIRE_MESSAGE(s.ok(), s.status().ToString());
     REQUIRE(kill(s->ganesha_pid(), SIGKILL) == 0);
-    REQUIRE(d->WaitFor([&](const v1::ShareStatus& st) { return st.ganesha_pid() != s->ganesha_pid(); },
-                       milliseconds(5000), "ganesha to be reaped")
-                .ok());
+    REQUIRE(
+        d->WaitFor([&](const v1::ShareStatus& st) { return st.ganesha_pid() != s->ganesha_pid(); },
+                   milliseconds(5000), "ganesha to be reaped")
+            .ok());
   }
   const auto failed = d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
                                  milliseconds(5000), "FAILED");
@@ -246,7 +247,9 @@ TEST_CASE("7. WatchStatus streams the crash transitions in order, each message d
   }
 }
 
-TEST_CASE("Unmount withdraws the export while ganesha keeps running and Mount brings it back by generation") {
+TEST_CASE(
+    "Unmount withdraws the export while ganesha keeps running and Mount brings it back by "
+    "generation") {
   auto d = StartDaemon({.extra_flags = {"--epoch", "7"}});
   REQUIRE(WriteEventually(*d, "/kept.txt", "kept").ok());
   const pid_t ganesha = d->Status()->ganesha_pid();
@@ -265,7 +268,7 @@ TEST_CASE("Unmount withdraws the export while ganesha keeps running and Mount br
   REQUIRE(down.ok());
   CHECK(down->ganesha_pid() == ganesha);
   CHECK_FALSE(*d->HealthServing("readiness"));
-  CHECK(*d->HealthServing("liveness"));  // a restart would not help: stay live
+  CHECK(*d->HealthServing("liveness"));            // a restart would not help: stay live
   std::this_thread::sleep_for(milliseconds(300));  // ganesha rereads its exports on SIGHUP
   CHECK_FALSE(ReadOnce("127.0.0.1", d->nfs_port(), d->pseudo_path(), "/kept.txt").ok());
 
@@ -338,7 +341,7 @@ TEST_CASE("client commands: status --json, probe exit codes, unreachable server"
   const auto unknown =
       RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "nope"});
   CHECK(unknown.exit_code == 3);  // NOT_FOUND from the health service: an RPC failure
-  const auto closed = testing_support::PickFreePort();
+  const auto closed = supervisor::FreeLoopbackPort();
   const auto refused = RunCommand({ShareManagerBinary(), "status", "--addr",
                                    "127.0.0.1:" + std::to_string(closed), "--timeout", "1s"});
   CHECK(refused.exit_code == 2);
@@ -353,11 +356,11 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
   char tmpl[] = "/tmp/sharemgr-dup-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string dir = tmpl;
-  const auto result = RunCommand(
-      {ShareManagerBinary(), "daemon", "--volume", "pvc-dup", "--export-dir", dir + "/e",
-       "--state-dir", dir + "/s", "--nfs-address", "127.0.0.1", "--nfs-port",
-       std::to_string(testing_support::PickFreePort()), "--listen", d->addr()},
-      milliseconds(10'000));
+  const auto result =
+      RunCommand({ShareManagerBinary(), "daemon", "--volume", "pvc-dup", "--export-dir", dir + "/e",
+                  "--state-dir", dir + "/s", "--nfs-address", "127.0.0.1", "--nfs-port",
+                  std::to_string(supervisor::FreeLoopbackPort()), "--listen", d->addr()},
+                 milliseconds(10'000));
   std::filesystem::remove_all(dir);
   CHECK(result.exit_code == 4);
   CHECK(result.output.find("cannot serve gRPC") != std::string::npos);

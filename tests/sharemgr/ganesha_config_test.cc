@@ -59,18 +59,24 @@ TEST_CASE("Create refuses every unsafe input, so nothing unchecked reaches the f
   };
   const Case cases[] = {
       {"volume with a brace", [](GaneshaConfigInput& i) { i.volume = "pvc}"; }, "--volume"},
-      {"volume too long", [](GaneshaConfigInput& i) { i.volume = std::string(64, 'a'); }, "--volume"},
+      {"volume too long", [](GaneshaConfigInput& i) { i.volume = std::string(64, 'a'); },
+       "--volume"},
       {"export escapes the quotes",
        [](GaneshaConfigInput& i) { i.export_dir = "/x\"; Access_Type = RW; #"; }, "--export-dir"},
       {"export relative", [](GaneshaConfigInput& i) { i.export_dir = "export"; }, "--export-dir"},
-      {"export with ..", [](GaneshaConfigInput& i) { i.export_dir = "/export/../etc"; }, "--export-dir"},
-      {"bind is a name", [](GaneshaConfigInput& i) { i.bind_address = "nfs.local"; }, "--nfs-address"},
-      {"bind injects", [](GaneshaConfigInput& i) { i.bind_address = "1.2.3.4; }"; }, "--nfs-address"},
+      {"export with ..", [](GaneshaConfigInput& i) { i.export_dir = "/export/../etc"; },
+       "--export-dir"},
+      {"bind is a name", [](GaneshaConfigInput& i) { i.bind_address = "nfs.local"; },
+       "--nfs-address"},
+      {"bind injects", [](GaneshaConfigInput& i) { i.bind_address = "1.2.3.4; }"; },
+       "--nfs-address"},
       {"port 0", [](GaneshaConfigInput& i) { i.nfs_port = 0; }, "--nfs-port"},
       {"grace < lease", [](GaneshaConfigInput& i) { i.grace_seconds = 10; }, "--grace-period"},
       {"lease 0", [](GaneshaConfigInput& i) { i.lease_seconds = 0; }, "--lease-lifetime"},
-      {"recovery with newline", [](GaneshaConfigInput& i) { i.recovery_root = "/s\n}"; }, "--state-dir"},
-      {"plugins relative", [](GaneshaConfigInput& i) { i.plugins_dir = "lib"; }, "--ganesha-plugins-dir"},
+      {"recovery with newline", [](GaneshaConfigInput& i) { i.recovery_root = "/s\n}"; },
+       "--state-dir"},
+      {"plugins relative", [](GaneshaConfigInput& i) { i.plugins_dir = "lib"; },
+       "--ganesha-plugins-dir"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

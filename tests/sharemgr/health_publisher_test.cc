@@ -70,12 +70,14 @@ TEST_CASE("readiness follows SERVING; liveness fails only for FAILED") {
 TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and back") {
   FakeHealth health;
   std::atomic<int64_t> tick_ms{
-      std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch()).count()};
+      std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
+          .count()};
   std::atomic<bool> ticking{true};
   std::thread loop([&] {
     while (ticking) {
-      tick_ms = std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
-                    .count();
+      tick_ms =
+          std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
+              .count();
       std::this_thread::sleep_for(milliseconds(10));
     }
   });

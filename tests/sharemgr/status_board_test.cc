@@ -42,7 +42,8 @@ TEST_CASE("WaitNewer wakes on a change, times out without one, and ends on Close
     std::this_thread::sleep_for(milliseconds(20));
     board.Close();
   });
-  CHECK_FALSE(board.WaitNewer(next->version(), SteadyClock::now() + milliseconds(5000)).has_value());
+  CHECK_FALSE(
+      board.WaitNewer(next->version(), SteadyClock::now() + milliseconds(5000)).has_value());
   closer.join();
   CHECK(board.closed());
 }

@@ -34,8 +34,8 @@ TEST_CASE("a repeated state is not a transition and notifies nobody") {
 }
 
 TEST_CASE("FAILED and STOPPING are terminal; nothing returns to STARTING") {
-  for (State s : {State::kStarting, State::kServing, State::kDegraded, State::kFailed,
-                  State::kStopping}) {
+  for (State s :
+       {State::kStarting, State::kServing, State::kDegraded, State::kFailed, State::kStopping}) {
     CAPTURE(StateName(s));
     CHECK_FALSE(HealthStateMachine::Allowed(s, State::kStarting));
     CHECK_FALSE(HealthStateMachine::Allowed(State::kStopping, s));

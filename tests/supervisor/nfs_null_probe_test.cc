@@ -130,7 +130,7 @@ TEST_CASE("ProbeNfsNull reports a denied call and a closed connection") {
 }
 
 TEST_CASE("ProbeNfsNull says the connection was refused when nothing listens") {
-  const auto port = testing_support::PickFreePort();
+  const auto port = supervisor::FreeLoopbackPort();
   const auto result = ProbeNfsNull("127.0.0.1", port, milliseconds(2000));
   CHECK(result.code() == absl::StatusCode::kUnavailable);
   CHECK(std::string(result.message()).find("refused") != std::string::npos);
@@ -148,8 +148,7 @@ TEST_CASE("ProbeNfsNull gives up at its deadline when the peer accepts but never
 }
 
 TEST_CASE("ProbeNfsNull refuses a host that is not an IP literal") {
-  CHECK(ProbeNfsNull("example", 1, milliseconds(100)).code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(ProbeNfsNull("example", 1, milliseconds(100)).code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace supervisor

@@ -21,7 +21,8 @@ using std::chrono::milliseconds;
 // Runs a Supervisor on its own loop thread and records every published status.
 class Harness {
  public:
-  explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"}) {
+  explicit Harness(SupervisorOptions options,
+                   std::vector<std::string> command = {"sleep", "1000"}) {
     options.command = std::move(command);
     thread_ = std::thread([this, options] {
       EventLoop loop;
@@ -69,11 +70,10 @@ class Harness {
   SupervisorStatus WaitFor(const std::function<bool(const SupervisorStatus&)>& pred,
                            milliseconds timeout = milliseconds(10'000)) {
     std::unique_lock lock(mu_);
-    const bool ok = cv_.wait_for(lock, timeout, [&] {
-      return !history_.empty() && pred(history_.back());
-    });
-    REQUIRE_MESSAGE(ok, "condition not reached; last reason: ",
-                    history_.empty() ? "" : history_.back().reason);
+    const bool ok =
+        cv_.wait_for(lock, timeout, [&] { return !history_.empty() && pred(history_.back()); });
+    REQUIRE_MESSAGE(
+        ok, "condition not reached; last reason: ", history_.empty() ? "" : history_.back().reason);
     return history_.back();
   }
 
@@ -156,9 +156,8 @@ TEST_CASE("a child that stops answering is hung: killed after N misses and resta
   Harness h(FastOptions());
   const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
   h.probe_ok_ = false;
-  const auto killed = h.WaitFor([&](const SupervisorStatus& s) {
-    return s.last_exit.has_value() && s.pid != first;
-  });
+  const auto killed = h.WaitFor(
+      [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
   CHECK(killed.last_exit->signal == SIGKILL);
   CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed") != std::string::npos);
   CHECK_FALSE(Alive(first));

@@ -1,10 +1,8 @@
 #include "tests/support/daemon_process.h"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "supervisor/unique_fd.h"
+#include "supervisor/loopback_port.h"
 
 namespace testing_support {
 namespace {
@@ -26,63 +24,12 @@ bool WaitReadable(int fd, milliseconds timeout) {
   return poll(&p, 1, static_cast<int>(timeout.count())) > 0;
 }
 
-int ExitCodeOf(const supervisor::ChildExit& exit) {
-  return exit.signal != 0 ? 128 + exit.signal : exit.code;
-}
 
 }  // namespace
-
-uint16_t PickFreePort() {
-  supervisor::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return 0;
-  }
-  return ntohs(addr.sin_port);
-}
 
 std::string ShareManagerBinary() {
   if (const char* env = std::getenv("SHAREMGR_BINARY")) return env;
   return SHAREMGR_BINARY;
-}
-
-CommandResult RunCommand(const std::vector<std::string>& argv, milliseconds timeout) {
-  CommandResult result;
-  const auto start = Clock::now();
-  auto child = supervisor::ChildProcess::Spawn(argv);
-  if (!child.ok()) {
-    result.output = std::string(child.status().message());
-    return result;
-  }
-  const auto deadline = start + timeout;
-  char buf[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      child->SignalGroup(SIGKILL);
-      result.output += "\n[killed: timeout]";
-    }
-    pollfd fds[2] = {{child->output_fd(), POLLIN, 0}, {child->pidfd(), POLLIN, 0}};
-    poll(fds, 2, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-    ssize_t n;
-    while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0) {
-      result.output.append(buf, static_cast<size_t>(n));
-    }
-    if (fds[1].revents & POLLIN) break;
-  }
-  auto exit = child->Reap();
-  ssize_t n;
-  while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0) {
-    result.output.append(buf, static_cast<size_t>(n));
-  }
-  result.exit_code = exit.ok() ? ExitCodeOf(*exit) : -1;
-  result.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-  return result;
 }
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec spec) {
@@ -93,15 +40,20 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->export_dir_ = d->dir_ + "/export";
   d->state_dir_ = d->dir_ + "/state";
   d->volume_ = spec.volume;
-  d->nfs_port_ = PickFreePort();
-  d->addr_ = absl::StrCat("127.0.0.1:", PickFreePort());
-  std::vector<std::string> argv = {
-      ShareManagerBinary(), "daemon",         "--volume",       spec.volume,
-      "--export-dir",       d->export_dir_,   "--state-dir",    d->state_dir_,
-      "--nfs-address",      "127.0.0.1",      "--nfs-port",     std::to_string(d->nfs_port_),
-      "--listen",           d->addr_,         "--grace-period", "2",
-      "--lease-lifetime",   "2",              "--stop-timeout", "3s",
-      "--failed-linger",    "1s",             "--log-level",    "debug"};
+  d->nfs_port_ = supervisor::FreeLoopbackPort();
+  d->addr_ = absl::StrCat("127.0.0.1:", supervisor::FreeLoopbackPort());
+  std::vector<std::string> argv = {ShareManagerBinary(), "daemon",
+                                   "--volume",           spec.volume,
+                                   "--export-dir",       d->export_dir_,
+                                   "--state-dir",        d->state_dir_,
+                                   "--nfs-address",      "127.0.0.1",
+                                   "--nfs-port",         std::to_string(d->nfs_port_),
+                                   "--listen",           d->addr_,
+                                   "--grace-period",     "2",
+                                   "--lease-lifetime",   "2",
+                                   "--stop-timeout",     "3s",
+                                   "--failed-linger",    "1s",
+                                   "--log-level",        "debug"};
   argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
   auto child = supervisor::ChildProcess::Spawn(argv);
   if (!child.ok()) return child.status();
@@ -169,7 +121,8 @@ absl::StatusOr<v1::ShareStatus> DaemonProcess::Status(milliseconds timeout) cons
   // A fresh channel per call: a shared one that failed to connect while the
   // daemon was starting would sit out gRPC's reconnect backoff.
   auto channel = grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
-  const auto rpc = v1::ShareManager::NewStub(channel)->GetStatus(&context, v1::GetStatusRequest(), &status);
+  const auto rpc =
+      v1::ShareManager::NewStub(channel)->GetStatus(&context, v1::GetStatusRequest(), &status);
   if (!rpc.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(rpc.error_code()), rpc.error_message());
   }
@@ -187,8 +140,8 @@ absl::StatusOr<v1::ShareStatus> DaemonProcess::WaitFor(
     std::this_thread::sleep_for(milliseconds(20));
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "timed out waiting for ", what, "; last: ",
-      last.ok() ? last->ShortDebugString() : std::string(last.status().message())));
+      "timed out waiting for ", what,
+      "; last: ", last.ok() ? last->ShortDebugString() : std::string(last.status().message())));
 }
 
 absl::StatusOr<v1::ShareStatus> DaemonProcess::WaitServing(milliseconds timeout) {
@@ -223,7 +176,7 @@ absl::StatusOr<int> DaemonProcess::WaitExit(milliseconds timeout) {
   }
   auto exit = child_->Reap();
   if (!exit.ok()) return exit.status();
-  exit_code_ = ExitCodeOf(*exit);
+  exit_code_ = exit->ShellCode();
   return *exit_code_;
 }
 

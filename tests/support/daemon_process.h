@@ -3,6 +3,7 @@
 // and everything it started killed and removed afterwards, pass or fail.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -15,30 +16,24 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "supervisor/child_process.h"
+#include "supervisor/loopback_port.h"
+#include "supervisor/run_program.h"
 
 namespace testing_support {
 
 using std::chrono::milliseconds;
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-uint16_t PickFreePort();
-
 // The share-manager binary under test (set by the build).
 std::string ShareManagerBinary();
 
-// Runs a command to completion, capturing stdout+stderr; returns the exit code.
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-  milliseconds elapsed{0};
-};
-CommandResult RunCommand(const std::vector<std::string>& argv,
-                         milliseconds timeout = milliseconds(30'000));
+// Runs a command to completion (30 s at most), capturing stdout+stderr.
+inline supervisor::ProgramResult RunCommand(const std::vector<std::string>& argv,
+                                            milliseconds timeout = milliseconds(30'000)) {
+  return supervisor::RunProgram(argv, timeout);
+}
 
 struct DaemonSpec {
   std::string volume = "pvc-test";
@@ -62,12 +57,14 @@ class DaemonProcess {
   const std::string& state_dir() const { return state_dir_; }
   pid_t pid() const { return child_ ? child_->pid() : -1; }
 
-  absl::StatusOr<sharemanager::v1::ShareStatus> Status(milliseconds timeout = milliseconds(2000)) const;
+  absl::StatusOr<sharemanager::v1::ShareStatus> Status(
+      milliseconds timeout = milliseconds(2000)) const;
   // Polls GetStatus until `done` holds; the last status or an error after `timeout`.
   absl::StatusOr<sharemanager::v1::ShareStatus> WaitFor(
       const std::function<bool(const sharemanager::v1::ShareStatus&)>& done, milliseconds timeout,
       const std::string& what);
-  absl::StatusOr<sharemanager::v1::ShareStatus> WaitServing(milliseconds timeout = milliseconds(15'000));
+  absl::StatusOr<sharemanager::v1::ShareStatus> WaitServing(
+      milliseconds timeout = milliseconds(15'000));
   // grpc.health.v1 Check: SERVING or not, or an error.
   absl::StatusOr<bool> HealthServing(const std::string& service,
                                      milliseconds timeout = milliseconds(2000)) const;

@@ -17,9 +17,9 @@ constexpr size_t kMaxReadChunk = 1 << 20;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NfsClient>> NfsClient::Connect(const std::string& host,
-                                                             uint16_t port,
-                                                             const std::string& export_path,
-                                                             std::chrono::milliseconds timeout) {
+                                                              uint16_t port,
+                                                              const std::string& export_path,
+                                                              std::chrono::milliseconds timeout) {
   nfs_context* nfs = nfs_init_context();
   if (nfs == nullptr) return absl::InternalError("nfs_init_context failed");
   std::unique_ptr<NfsClient> client(new NfsClient(nfs));

@@ -40,8 +40,8 @@ class NfsClient {
 absl::Status WriteOnce(const std::string& host, uint16_t port, const std::string& export_path,
                        const std::string& path, const std::string& data,
                        std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
-absl::StatusOr<std::string> ReadOnce(const std::string& host, uint16_t port,
-                                     const std::string& export_path, const std::string& path,
-                                     std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+absl::StatusOr<std::string> ReadOnce(
+    const std::string& host, uint16_t port, const std::string& export_path, const std::string& path,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
 
 }  // namespace testing_support

@@ -1,0 +1,23 @@
+#include "supervisor/loopback_port.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "supervisor/unique_fd.h"
+
+namespace supervisor {
+
+uint16_t FreeLoopbackPort() {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (!fd || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return 0;
+  }
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace supervisor
