@@ -8,51 +8,43 @@ namespace controller {
 
 absl::StatusOr<Pod> SimulatedCluster::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                              uint64_t epoch) {
-  return WithFault<absl::StatusOr<Pod>>(
-      runtime_faults_, "create pod", [&]() -> absl::StatusOr<Pod> {
-        Pod pod{.name = PodName(spec.volume(), epoch),
-                .volume = spec.volume(),
-                .epoch = epoch,
-                .phase = PodPhase::kRunning,
-                .endpoint = absl::StrCat("sim:", spec.volume(), "/", epoch)};
-        {
-          std::lock_guard lock(mu_);
-          if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
-          pods_[pod.name] = SimPod{.pod = pod};
-          by_volume_[pod.volume].push_back(pod.name);
-        }
-        listeners_.Notify(pod.volume);
-        return pod;
-      });
+  Pod pod{.name = PodName(spec.volume(), epoch),
+          .volume = spec.volume(),
+          .epoch = epoch,
+          .phase = PodPhase::kRunning,
+          .endpoint = absl::StrCat("sim:", spec.volume(), "/", epoch)};
+  {
+    std::lock_guard lock(mu_);
+    if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
+    pods_[pod.name] = SimPod{.pod = pod};
+    by_volume_[pod.volume].push_back(pod.name);
+  }
+  listeners_.Notify(pod.volume);
+  return pod;
 }
 
 absl::Status SimulatedCluster::Delete(const std::string& name) {
-  return WithFault<absl::Status>(runtime_faults_, "delete pod " + name, [&]() -> absl::Status {
-    std::string volume;
-    {
-      std::lock_guard lock(mu_);
-      auto it = pods_.find(name);
-      if (it == pods_.end()) return absl::OkStatus();
-      volume = it->second.pod.volume;
-      pods_.erase(it);
-      auto& names = by_volume_[volume];
-      names.erase(std::remove(names.begin(), names.end(), name), names.end());
-    }
-    listeners_.Notify(volume);
-    return absl::OkStatus();
-  });
+  std::string volume;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end()) return absl::OkStatus();
+    volume = it->second.pod.volume;
+    pods_.erase(it);
+    auto& names = by_volume_[volume];
+    names.erase(std::remove(names.begin(), names.end(), name), names.end());
+  }
+  listeners_.Notify(volume);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volume) {
-  return WithFault<absl::StatusOr<std::vector<Pod>>>(
-      runtime_faults_, "list pods", [&]() -> absl::StatusOr<std::vector<Pod>> {
-        std::lock_guard lock(mu_);
-        std::vector<Pod> out;
-        if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
-          for (const auto& name : it->second) out.push_back(pods_.at(name).pod);
-        }
-        return out;
-      });
+  std::lock_guard lock(mu_);
+  std::vector<Pod> out;
+  if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
+    for (const auto& name : it->second) out.push_back(pods_.at(name).pod);
+  }
+  return out;
 }
 
 void SimulatedCluster::Watch(Listener listener) { listeners_.Add(std::move(listener)); }

@@ -1,7 +1,8 @@
 // An in-memory PodRuntime and ShareConnector for simulations and benchmarks:
 // pods are records whose phase and health the test drives (die, freeze, go
 // read-only), and share-managers that answer Observe and Mount from them.
-// Every call goes through a FaultInjector. Thread-safe.
+// Observe and Mount go through a FaultInjector (wrap the runtime side in a
+// FaultyPodRuntime). Thread-safe.
 #pragma once
 
 #include <map>
@@ -47,7 +48,6 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   // Pods of the volume that are alive (Pending/Running/Unknown).
   int LivePods(const std::string& volume) const;
 
-  FaultInjector& runtime_faults() { return runtime_faults_; }
   FaultInjector& rpc_faults() { return rpc_faults_; }
 
  private:
@@ -55,7 +55,6 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   std::map<std::string, SimPod> pods_;  // by pod name
   std::unordered_map<std::string, std::vector<std::string>> by_volume_;
   Listeners listeners_;
-  FaultInjector runtime_faults_;
   FaultInjector rpc_faults_;
 };
 

@@ -13,6 +13,8 @@
 #include "sharemgr/share.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/status_board.h"
+#include "sharemgr/volume.h"
+#include "sharemgr/volume_monitor.h"
 #include "supervisor/fmt_absl.h"
 #include "supervisor/nfs_null_probe.h"
 
@@ -119,12 +121,22 @@ int RunDaemon(const DaemonConfig& config) {
     return kExitStartup;
   }
 
+  std::optional<Volume> volume;
+  std::optional<VolumeMonitor> monitor;
+  if (config.volume) volume.emplace(*config.volume);
+  // Everything the share and its volume contribute to the status.
+  auto fill_share = [&](v1::ShareStatus& s) {
+    share.Fill(s);
+    if (monitor) monitor->Fill(s);
+  };
+
   StatusBoard board;
   board.Update([&](v1::ShareStatus& s) {
     s.set_state(v1::STARTING);
+    s.set_reason(volume ? "preparing the volume" : "starting ganesha");
     s.set_epoch(config.epoch);
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
-    share.Fill(s);
+    fill_share(s);
   });
 
   ShareService service(
@@ -173,6 +185,22 @@ int RunDaemon(const DaemonConfig& config) {
       *server->GetHealthCheckService(), [&loop] { return loop.last_tick(); }, kLoopStallLimit);
   ServerStopper stopper(*server, board);
 
+  if (volume) {
+    // Before ganesha: check and mount the device. gRPC already answers (STARTING).
+    if (auto status = volume->Prepare(); !status.ok()) {
+      spdlog::error("volume: {}", status.message());
+      board.Update([&](v1::ShareStatus& s) {
+        s.set_state(v1::FAILED);
+        s.set_reason(std::string(status.message()));
+      });
+      health.OnState(State::kFailed);
+      std::this_thread::sleep_for(config.supervisor.failed_linger);
+      stopper.Join();
+      return kExitVolume;
+    }
+    board.Update([&](v1::ShareStatus& s) { s.set_reason("starting ganesha"); });
+  }
+
   const std::string probe_host = config.probe_host;
   const auto nfs_port = static_cast<uint16_t>(config.ganesha.input().nfs_port);
   sup.emplace(
@@ -181,21 +209,63 @@ int RunDaemon(const DaemonConfig& config) {
         return supervisor::ProbeNfsNull(probe_host, nfs_port, timeout);
       },
       [&share] { return share.CheckReady(); }, clock);
+  bool volume_failed = false;
+  if (volume) {
+    share.SetVolumeReady([&monitor] { return monitor->Ready(); });
+    auto publish = [&] { board.Update(fill_share); };
+    monitor.emplace(loop, *volume, config.volume_probe_interval,
+                    VolumeHooks{
+                        .changed =
+                            [&, publish] {
+                              sup->Reevaluate();
+                              publish();
+                            },
+                        .withdraw_export = [&] { share.SetVolumeAvailable(false); },
+                        .restore_export =
+                            [&, publish] {
+                              share.CountRemount();
+                              share.SetVolumeAvailable(true);
+                              publish();
+                            },
+                        .repaired_in_place =
+                            [&, publish] {
+                              share.CountRemount();
+                              publish();
+                            },
+                        .give_up =
+                            [&](const std::string& reason) {
+                              volume_failed = true;
+                              sup->Fail(reason);
+                            },
+                    });
+  }
   sup->AddStatusObserver([&](const supervisor::SupervisorStatus& status) {
     board.Update([&](v1::ShareStatus& s) {
       FillSupervisorStatus(status, s);
-      share.Fill(s);
+      fill_share(s);
     });
     health.OnState(status.state);
     if (status.state == State::kStopping) stopper.Begin();
   });
   sup->Start();
+  if (monitor) monitor->Start();
   loop.Run();
 
   stopper.Join();
   const auto outcome = sup->outcome();
-  sup.reset();
+  monitor.reset();
+  sup.reset();  // ganesha is gone after this
+  if (volume) {
+    // Unmount only once ganesha no longer holds the export.
+    if (auto status = volume->Unmount(std::chrono::seconds(10)); !status.ok()) {
+      spdlog::error("{}", status.message());
+    }
+  }
   if (!config.socket.empty()) unlink(config.socket.c_str());
+  if (volume_failed) {
+    spdlog::error("exiting with code {}: {}", kExitVolume, board.Snapshot().reason());
+    return kExitVolume;
+  }
   if (outcome == supervisor::Outcome::kFailed) {
     spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board.Snapshot().reason());
     return kExitGaneshaFailed;

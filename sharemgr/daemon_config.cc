@@ -90,6 +90,23 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--ganesha-bin", f.ganesha_bin, "ganesha executable")->capture_default_str();
   app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
       ->capture_default_str();
+  app.add_option("--device", f.device,
+                 "Block device to check, mount at --export-dir and export (default: none, "
+                 "export the directory as it is)");
+  app.add_option("--fs", f.fs, "Filesystem expected on --device")
+      ->check(CLI::IsMember({"ext4", "xfs"}))
+      ->capture_default_str();
+  app.add_option("--device-timeout", f.device_timeout, "How long to wait for --device to appear")
+      ->capture_default_str();
+  app.add_flag("--format-if-blank", f.format_if_blank,
+               "Format --device with --fs when it holds no filesystem (never otherwise)");
+  app.add_option("--mkfs-option", f.mkfs_options, "Extra mkfs argument (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--mount-option", f.mount_options, "Mount option for --device (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--volume-probe-interval", f.volume_probe_interval,
+                 "How often the mounted volume is probed (mount options and an I/O check)")
+      ->capture_default_str();
 }
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
@@ -144,6 +161,31 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                  "-L",          sup.log_file, "-p", absl::StrCat(state_dir, "/ganesha.pid"),
                  "-N",          "NIV_EVENT"};
 
+  std::optional<VolumeConfig> volume;
+  auto volume_probe = FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
+  if (!volume_probe.ok()) return volume_probe.status();
+  if (!f.device.empty()) {
+    if (auto s = ValidateConfigPath("--device", f.device); !s.ok()) return s;
+    auto device_timeout = FlagDuration("--device-timeout", f.device_timeout, Duration(0));
+    if (!device_timeout.ok()) return device_timeout.status();
+    for (const auto& o : f.mount_options) {
+      if (auto s = ValidateOption("--mount-option", o, ","); !s.ok()) return s;
+    }
+    for (const auto& o : f.mkfs_options) {
+      if (auto s = ValidateOption("--mkfs-option", o, ""); !s.ok()) return s;
+    }
+    volume = VolumeConfig{.device = f.device,
+                          .fs = f.fs == "xfs" ? FsType::kXfs : FsType::kExt4,
+                          .target = ganesha->input().export_dir,
+                          .device_timeout = *device_timeout,
+                          .format_if_blank = f.format_if_blank,
+                          .mkfs_options = f.mkfs_options,
+                          .mount_options = f.mount_options};
+  } else if (f.format_if_blank || !f.mkfs_options.empty() || !f.mount_options.empty()) {
+    return absl::InvalidArgumentError(
+        "--format-if-blank, --mkfs-option and --mount-option need --device");
+  }
+
   return DaemonConfig{
       .ganesha = *std::move(ganesha),
       .listen = f.listen,
@@ -153,6 +195,8 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .probe_host = ProbeHost(f.nfs_address),
       .epoch = f.epoch,
       .supervisor = std::move(sup),
+      .volume = std::move(volume),
+      .volume_probe_interval = *volume_probe,
   };
 }
 

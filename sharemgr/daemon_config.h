@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "sharemgr/ganesha_config.h"
+#include "sharemgr/volume.h"
 #include "supervisor/supervisor.h"
 
 namespace CLI {
@@ -36,6 +39,14 @@ struct DaemonFlags {
   uint64_t epoch = 0;
   std::string ganesha_bin = "ganesha.nfsd";
   std::string plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha";
+  // Block-device volume (optional; without it the export directory is served as is).
+  std::string device;
+  std::string fs = "ext4";
+  std::string device_timeout = "30s";
+  bool format_if_blank = false;
+  std::vector<std::string> mkfs_options;
+  std::vector<std::string> mount_options;
+  std::string volume_probe_interval = "1s";
 };
 
 void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
@@ -49,6 +60,8 @@ struct DaemonConfig {
   std::string probe_host;  // where the NULL probe connects
   uint64_t epoch = 0;
   supervisor::SupervisorOptions supervisor;
+  std::optional<VolumeConfig> volume;
+  supervisor::Duration volume_probe_interval{1000};
 };
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& flags);

@@ -11,6 +11,7 @@ inline constexpr int kExitInternal = 1;       // unexpected internal error
 inline constexpr int kExitBadInput = 2;       // invalid flags; nothing was started
 inline constexpr int kExitGaneshaFailed = 3;  // ganesha's death budget spent (state FAILED)
 inline constexpr int kExitStartup = 4;        // cannot listen, or state/export dir unusable
+inline constexpr int kExitVolume = 5;         // the block device cannot be used or repaired
 
 // client commands: status, watch, mount, unmount, probe
 inline constexpr int kClientOk = 0;           // success (probe: SERVING)

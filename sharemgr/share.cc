@@ -59,11 +59,28 @@ Share::Share(GaneshaConfig config, std::string config_path, std::function<void()
       reload_(std::move(reload)) {}
 
 absl::Status Share::WriteConfig() const {
-  return WriteFileAtomically(config_path_, config_.Render(exported_));
+  return WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_));
+}
+
+void Share::SetVolumeAvailable(bool available) {
+  if (volume_available_ == available) return;
+  volume_available_ = available;
+  if (auto status = WriteConfig(); !status.ok()) {
+    spdlog::error("cannot rewrite ganesha.conf: {}", status.message());
+  }
+  spdlog::info("export {} {} ganesha during the volume repair", config_.pseudo_path(),
+               available ? "given back to" : "withdrawn from");
+  reload_();
+}
+
+void Share::CountRemount() {
+  ++generation_;
+  spdlog::info("volume repaired: remount generation {}", generation_);
 }
 
 absl::Status Share::CheckReady() {
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
+  if (volume_ready_) return volume_ready_();
   struct stat st {};
   const std::string& dir = config_.input().export_dir;
   struct statvfs vfs {};

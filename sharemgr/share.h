@@ -24,6 +24,16 @@ class Share {
   // directory present and writable (not on a read-only mount).
   absl::Status CheckReady();
 
+  // For block-device shares: the volume's own readiness (checked off-loop by
+  // the VolumeMonitor) replaces the directory checks.
+  void SetVolumeReady(std::function<absl::Status()> volume_ready) {
+    volume_ready_ = std::move(volume_ready);
+  }
+  // The volume is taken away from ganesha during a repair, and given back.
+  void SetVolumeAvailable(bool available);
+  // A repair of the volume counts as one remount generation.
+  void CountRemount();
+
   // (Re)exports. A generation at or below the handled one is a no-op; 0 asks
   // for one more. Returns the handled generation.
   absl::StatusOr<uint64_t> Mount(uint64_t generation);
@@ -36,7 +46,9 @@ class Share {
   GaneshaConfig config_;
   std::string config_path_;
   std::function<void()> reload_;
+  std::function<absl::Status()> volume_ready_;
   bool exported_ = true;
+  bool volume_available_ = true;
   bool read_only_ = false;
   uint64_t generation_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "sharemgr/share_service.h"
 
 #include <future>
+#include <thread>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -39,9 +40,14 @@ void FillUptimes(ShareStatus& status) {
 ShareService::ShareService(StatusBoard& board, ShareCommands commands, uint64_t epoch)
     : board_(board), commands_(std::move(commands)), epoch_(epoch) {}
 
+void ShareService::Decorate(ShareStatus& status) const {
+  FillUptimes(status);
+  if (commands_.live_fields) commands_.live_fields(status);
+}
+
 ShareStatus ShareService::Current() const {
   ShareStatus status = board_.Snapshot();
-  FillUptimes(status);
+  Decorate(status);
   return status;
 }
 
@@ -118,10 +124,59 @@ grpc::Status ShareService::WatchStatus(grpc::ServerContext* context,
       if (board_.closed()) break;
       continue;
     }
-    FillUptimes(*next);
+    Decorate(*next);
     sent = next->version();
     if (!writer->Write(*next)) break;
   }
+  return grpc::Status::OK;
+}
+
+template <typename T>
+absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
+                                             std::function<absl::StatusOr<T>()> op,
+                                             const char* what) {
+  if (!op) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, " needs a block-device volume (--device); this share exports a directory"));
+  }
+  bool idle = false;
+  if (!fs_op_busy_->compare_exchange_strong(idle, true)) {
+    return absl::AbortedError(
+        absl::StrCat("another filesystem operation is running; ", what, " refused (not queued)"));
+  }
+  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
+  auto result = promise->get_future();
+  std::thread([promise, op = std::move(op), busy = fs_op_busy_] {
+    promise->set_value(op());
+    busy->store(false);
+  }).detach();
+  const auto deadline = std::min(context->deadline(), SystemClock::now() + std::chrono::hours(1));
+  if (result.wait_until(deadline) != std::future_status::ready) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        what, " still running at the deadline; it goes on, and new requests are refused until it ends"));
+  }
+  return result.get();
+}
+
+grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
+                                          const sharemanager::v1::FilesystemTrimRequest* request,
+                                          sharemanager::v1::FilesystemTrimResponse* response) {
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  auto trimmed = RunExclusive<uint64_t>(context, commands_.trim, "trim");
+  if (!trimmed.ok()) return ToGrpcStatus(trimmed.status());
+  response->set_bytes_trimmed(*trimmed);
+  return grpc::Status::OK;
+}
+
+grpc::Status ShareService::FilesystemResize(grpc::ServerContext* context,
+                                            const sharemanager::v1::FilesystemResizeRequest* request,
+                                            sharemanager::v1::FilesystemResizeResponse* response) {
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  auto resized = RunExclusive<ResizeResult>(context, commands_.resize, "resize");
+  if (!resized.ok()) return ToGrpcStatus(resized.status());
+  response->set_old_size_bytes(resized->old_size_bytes);
+  response->set_new_size_bytes(resized->new_size_bytes);
+  response->set_resized(resized->new_size_bytes != resized->old_size_bytes);
   return grpc::Status::OK;
 }
 

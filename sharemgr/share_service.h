@@ -3,13 +3,16 @@
 // loop. Reads come from the StatusBoard and never touch the loop.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <functional>
 
 #include "absl/status/statusor.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "sharemgr/status_board.h"
+#include "sharemgr/volume.h"
 
 namespace sharemgr {
 
@@ -20,6 +23,12 @@ struct ShareCommands {
   // Loop-thread operations.
   std::function<absl::StatusOr<uint64_t>(uint64_t generation)> mount;
   std::function<absl::Status()> unmount;
+  // Filled into every status as it is sent (uptimes are always added). Optional.
+  std::function<void(sharemanager::v1::ShareStatus&)> live_fields;
+  // Blocking filesystem operations, run off the RPC thread, one at a time.
+  // Empty when the share has no block device (the RPCs answer UNIMPLEMENTED).
+  std::function<absl::StatusOr<uint64_t>()> trim;
+  std::function<absl::StatusOr<ResizeResult>()> resize;
 };
 
 class ShareService final : public sharemanager::v1::ShareManager::Service {
@@ -37,6 +46,12 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   grpc::Status WatchStatus(grpc::ServerContext* context,
                            const sharemanager::v1::WatchStatusRequest* request,
                            grpc::ServerWriter<sharemanager::v1::ShareStatus>* writer) override;
+  grpc::Status FilesystemTrim(grpc::ServerContext* context,
+                              const sharemanager::v1::FilesystemTrimRequest* request,
+                              sharemanager::v1::FilesystemTrimResponse* response) override;
+  grpc::Status FilesystemResize(grpc::ServerContext* context,
+                                const sharemanager::v1::FilesystemResizeRequest* request,
+                                sharemanager::v1::FilesystemResizeResponse* response) override;
 
  private:
   absl::Status CheckEpoch(uint64_t requested) const;
@@ -45,10 +60,18 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   absl::StatusOr<uint64_t> RunOnLoop(grpc::ServerContext* context,
                                      std::function<absl::StatusOr<uint64_t>()> op);
   sharemanager::v1::ShareStatus Current() const;
+  void Decorate(sharemanager::v1::ShareStatus& status) const;
+  // Runs a filesystem operation on its own thread; refuses (ABORTED) while
+  // another one runs, and waits for it until the caller's deadline.
+  template <typename T>
+  absl::StatusOr<T> RunExclusive(grpc::ServerContext* context,
+                                 std::function<absl::StatusOr<T>()> op, const char* what);
 
   StatusBoard& board_;
   ShareCommands commands_;
   uint64_t epoch_;
+  // Shared with operation threads that may outlive a timed-out call.
+  std::shared_ptr<std::atomic<bool>> fs_op_busy_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Fills the derived fields (uptimes) of a status at the time it is sent.

@@ -86,6 +86,19 @@ absl::Status ValidatePort(absl::string_view flag, int64_t port) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateOption(absl::string_view flag, absl::string_view value,
+                            absl::string_view forbidden) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));
+  for (char ch : value) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f || forbidden.find(ch) != absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " '", Printable(value),
+                                                     "' contains a character that is not allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds) {
   if (lease_seconds < 1) {
     return absl::InvalidArgumentError("--lease-lifetime must be at least 1 second");

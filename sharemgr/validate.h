@@ -23,6 +23,11 @@ absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address
 
 absl::Status ValidatePort(absl::string_view flag, int64_t port);
 
+// A non-empty option value with no control characters and none of `forbidden`
+// (e.g. "," for a mount option, which libmount would split).
+absl::Status ValidateOption(absl::string_view flag, absl::string_view value,
+                            absl::string_view forbidden);
+
 // NFSv4 grace must be at least the lease so clients can reclaim; neither may
 // be 0 (a 0 lease makes every OPEN fail).
 absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds);

@@ -37,61 +37,6 @@ void BecomeSubreaper() {
   if (getpid() != 1) prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-// Runs probes off the loop thread so a slow probe never blocks the loop; at
-// most one probe is in flight.
-class Supervisor::ProbeWorker {
- public:
-  ProbeWorker(EventLoop& loop, Prober prober, Supervisor& owner)
-      : loop_(loop), prober_(std::move(prober)), owner_(owner), thread_([this] { Run(); }) {}
-  ~ProbeWorker() {
-    {
-      std::lock_guard lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-
-  // Returns false when a probe is still in flight.
-  bool Request(uint64_t instance, Duration timeout) {
-    std::lock_guard lock(mu_);
-    if (busy_) return false;
-    busy_ = true;
-    instance_ = instance;
-    timeout_ = timeout;
-    cv_.notify_one();
-    return true;
-  }
-
- private:
-  void Run() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [this] { return quit_ || busy_; });
-      if (quit_) return;
-      const uint64_t instance = instance_;
-      const Duration timeout = timeout_;
-      lock.unlock();
-      absl::Status result = prober_(timeout);
-      lock.lock();
-      busy_ = false;
-      if (quit_) return;
-      loop_.Post([this, instance, result] { owner_.OnProbeResult(instance, result); });
-    }
-  }
-
-  EventLoop& loop_;
-  Prober prober_;
-  Supervisor& owner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool busy_ = false;
-  bool quit_ = false;
-  uint64_t instance_ = 0;
-  Duration timeout_{0};
-  std::thread thread_;
-};
-
 Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober,
                        ReadinessCheck ready, const TimeSource& clock)
     : loop_(loop),
@@ -108,7 +53,8 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
                                  FormatDuration(options_.stop_timeout));
                     SignalChild(SIGKILL);
                   }),
-      linger_timer_(loop, [this] { Finish(Outcome::kFailed); }) {
+      linger_timer_(loop, [this] { Finish(Outcome::kFailed); }),
+      probe_worker_(loop) {
   status_.state = machine_.state();
   status_.reason = machine_.reason();
   status_.last_transition = std::chrono::system_clock::now();
@@ -117,12 +63,9 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
     status_.reason = t.reason;
     status_.last_transition = std::chrono::system_clock::now();
   });
-  probe_worker_ = std::make_unique<ProbeWorker>(loop_, prober_, *this);
 }
 
 Supervisor::~Supervisor() {
-  // Stop the worker first: its posted results reference this object.
-  probe_worker_.reset();
   Unwatch(pidfd_token_);
   Unwatch(output_token_);
   Unwatch(signal_token_);
@@ -299,7 +242,10 @@ void Supervisor::OnProbeTimer() {
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
   // returns, so a hung child is missed once per interval, not every other one.
-  probe_pending_ = !probe_worker_->Request(instance_, options_.probe_interval);
+  const uint64_t instance = instance_;
+  probe_pending_ = !probe_worker_.TryRun(
+      [prober = prober_, timeout = options_.probe_interval] { return prober(timeout); },
+      [this, instance](absl::Status result) { OnProbeResult(instance, std::move(result)); });
 }
 
 void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
@@ -379,6 +325,20 @@ void Supervisor::Stop(std::string reason) {
   child_->SignalGroup(SIGTERM);
   child_->SignalGroup(SIGCONT);  // a stopped (hung) ganesha cannot act on SIGTERM otherwise
   stop_timer_.Arm(options_.stop_timeout);
+}
+
+void Supervisor::Fail(std::string reason) {
+  if (outcome_ || status_.state == State::kFailed || status_.state == State::kStopping) return;
+  machine_.TransitionTo(State::kFailed, std::move(reason));
+  Publish();
+  restart_timer_.Disarm();
+  probe_timer_.Disarm();
+  if (child_) {
+    child_->SignalGroup(SIGTERM);
+    child_->SignalGroup(SIGCONT);
+    stop_timer_.Arm(options_.stop_timeout);
+  }
+  linger_timer_.Arm(options_.failed_linger);
 }
 
 void Supervisor::Finish(Outcome outcome) {

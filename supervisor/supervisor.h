@@ -21,6 +21,7 @@
 #include "supervisor/health_state.h"
 #include "supervisor/log_forwarder.h"
 #include "supervisor/restart_policy.h"
+#include "supervisor/worker.h"
 
 namespace supervisor {
 
@@ -73,6 +74,9 @@ class Supervisor {
   // and starts the child. The loop quits once an Outcome is reached.
   void Start();
   void Stop(std::string reason);
+  // Gives up for a reason outside ganesha (e.g. the volume cannot be repaired):
+  // FAILED, ganesha stopped, the run ends after the linger.
+  void Fail(std::string reason);
   void SignalChild(int sig);
   // Re-evaluates readiness now (e.g. after the export changed).
   void Reevaluate();
@@ -81,8 +85,6 @@ class Supervisor {
   const SupervisorStatus& status() const { return status_; }
 
  private:
-  class ProbeWorker;
-
   void SpawnChild();
   void OnChildExit();
   void OnChildOutput();
@@ -126,7 +128,8 @@ class Supervisor {
   Timer restart_timer_;
   Timer stop_timer_;
   Timer linger_timer_;
-  std::unique_ptr<ProbeWorker> probe_worker_;
+  // Probes run here so a slow one never blocks the loop; one at a time.
+  Worker probe_worker_;
 };
 
 // Blocks SIGTERM, SIGINT and SIGCHLD in the calling thread, and so in every

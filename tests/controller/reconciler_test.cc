@@ -159,7 +159,7 @@ TEST_CASE("never two active: every store write and pod call failing in turn duri
         REQUIRE(sim.RunUntilRunning("vol"));
         const uint64_t old_epoch = sim.Get("vol").status().epoch();
         FaultInjector& faults =
-            std::string(target) == "store" ? sim.store.faults() : sim.cluster.runtime_faults();
+            std::string(target) == "store" ? sim.store.faults() : sim.runtime.faults();
         faults.FailCall(k, fault);
         sim.cluster.Kill(sim.CurrentPod("vol"), 3);
         for (int pass = 0; pass < 40; ++pass) {

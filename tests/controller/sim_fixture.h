@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "controller/faulty_pod_runtime.h"
 #include "controller/faulty_store.h"
 #include "controller/memory_store.h"
 #include "controller/reconciler.h"
@@ -46,6 +47,7 @@ struct Sim {
   MemoryStore memory;
   FaultyStore store{memory};
   SimulatedCluster cluster;
+  FaultyPodRuntime runtime{cluster};
   FakeWallClock clock;
   Reconciler reconciler;
 };

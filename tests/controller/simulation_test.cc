@@ -42,7 +42,7 @@ void RunSeed(uint64_t seed) {
   std::map<std::string, uint64_t> read_only_events;  // edges we caused, per share
 
   sim.store.faults().Randomize(seed ^ 1, 0.05);
-  sim.cluster.runtime_faults().Randomize(seed ^ 2, 0.05);
+  sim.runtime.faults().Randomize(seed ^ 2, 0.05);
   sim.cluster.rpc_faults().Randomize(seed ^ 3, 0.05);
 
   for (int step = 0; step < kSteps; ++step) {
@@ -52,12 +52,12 @@ void RunSeed(uint64_t seed) {
     const int action = pick(100);
     if (action < 60) {
       const uint64_t faults_before =
-          sim.store.faults().fired() + sim.cluster.runtime_faults().fired();
+          sim.store.faults().fired() + sim.runtime.faults().fired();
       const auto before = sim.cluster.Pods(name);
       sim.Pass(name);
       // Status never stale by more than one pass: a pass whose store and
       // runtime calls all worked has recorded a dead current pod as not RUNNING.
-      if (sim.store.faults().fired() + sim.cluster.runtime_faults().fired() == faults_before) {
+      if (sim.store.faults().fired() + sim.runtime.faults().fired() == faults_before) {
         const auto st = sim.Get(name).status();
         bool current_dead = false;
         for (const auto& p : before) {
@@ -97,7 +97,7 @@ void RunSeed(uint64_t seed) {
 
   // Faults stop: every share converges to exactly one running pod.
   sim.store.faults().Disable();
-  sim.cluster.runtime_faults().Disable();
+  sim.runtime.faults().Disable();
   sim.cluster.rpc_faults().Disable();
   for (int i = 0; i < kShares; ++i) {
     for (const auto& p : sim.cluster.Pods(Volume(i))) sim.cluster.Freeze(p.pod.name, false);

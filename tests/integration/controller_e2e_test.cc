@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -220,6 +222,34 @@ TEST_CASE("a stale epoch is refused by a real share-manager") {
   const auto refused = client.Mount(cluster.Status().epoch() + 5, 0);
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(client.Mount(cluster.Status().epoch(), 0).ok());
+}
+
+}  // namespace controller
+
+namespace controller {
+
+TEST_CASE("StatusWatch reports each status, then 'unreachable' when the share-manager is gone") {
+  auto d = testing_support::DaemonProcess::Start();
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<StatusWatch::Event> events;
+  StatusWatch watch((*d)->addr(), [&](const StatusWatch::Event& e) {
+    std::lock_guard lock(mu);
+    events.push_back(e);
+    cv.notify_all();
+  });
+  auto saw = [&](const std::function<bool(const StatusWatch::Event&)>& match) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] {
+      return std::any_of(events.begin(), events.end(), match);
+    });
+  };
+  CHECK(saw([](const auto& e) {
+    return e.status && e.status->state() == sharemanager::v1::SERVING;
+  }));
+  (*d)->Signal(SIGKILL);
+  CHECK(saw([](const auto& e) { return !e.status.has_value() && !e.error.empty(); }));
 }
 
 }  // namespace controller

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/nfs_client.h"
 
@@ -364,4 +365,44 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
   std::filesystem::remove_all(dir);
   CHECK(result.exit_code == 4);
   CHECK(result.output.find("cannot serve gRPC") != std::string::npos);
+}
+
+TEST_CASE("health Watch and the watch command push changes; a unix socket serves the same API") {
+  const std::string socket = "/tmp/sharemgr-test-" + std::to_string(getpid()) + ".sock";
+  auto d = StartDaemon({.extra_flags = {"--socket", socket}});
+  const auto over_socket = RunCommand({ShareManagerBinary(), "status", "--addr", socket});
+  CHECK(over_socket.exit_code == 0);
+  CHECK(over_socket.output.find("SERVING") != std::string::npos);
+
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(d->addr(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("readiness");
+  auto stream = health->Watch(&context, request);
+  using Health = grpc::health::v1::HealthCheckResponse;
+  Health response;
+  REQUIRE(stream->Read(&response));
+  CHECK(response.status() == Health::SERVING);
+  REQUIRE(kill(d->Status()->ganesha_pid(), SIGKILL) == 0);
+  REQUIRE(stream->Read(&response));
+  CHECK(response.status() == Health::NOT_SERVING);
+  REQUIRE(stream->Read(&response));
+  CHECK(response.status() == Health::SERVING);
+  context.TryCancel();
+
+  // `watch` prints every change until the server stops, then exits 0.
+  supervisor::ProgramResult watch;
+  std::thread watcher([&] {
+    watch = RunCommand({ShareManagerBinary(), "watch", "--addr", d->addr()}, milliseconds(15'000));
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  d->Signal(SIGTERM);
+  watcher.join();
+  CHECK(watch.exit_code == 0);
+  CHECK(watch.output.find(" SERVING ") != std::string::npos);
+  CHECK(watch.output.find(" STOPPING ") != std::string::npos);
+  CHECK(*d->WaitExit(milliseconds(10'000)) == 0);
+  CHECK_FALSE(std::filesystem::exists(socket));  // removed on the way out
 }
