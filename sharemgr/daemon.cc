@@ -146,15 +146,26 @@ int RunDaemon(const DaemonConfig& config) {
           .mount =
               [&](uint64_t generation) {
                 auto handled = share.Mount(generation);
-                board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                if (monitor) monitor->CheckNow();
+                board.Update(fill_share);
                 return handled;
               },
           .unmount =
               [&] {
                 auto status = share.Unmount();
-                board.Update([&](v1::ShareStatus& s) { share.Fill(s); });
+                board.Update(fill_share);
                 return status;
               },
+          .live_fields =
+              [&](v1::ShareStatus& s) {
+                if (monitor) monitor->FillUsage(s);
+              },
+          .trim = volume ? std::function<absl::StatusOr<uint64_t>()>(
+                               [&] { return volume->Trim(); })
+                         : nullptr,
+          .resize = volume ? std::function<absl::StatusOr<ResizeResult>()>(
+                                 [&] { return volume->Resize(); })
+                           : nullptr,
       },
       config.epoch);
   grpc::EnableDefaultHealthCheckService(true);

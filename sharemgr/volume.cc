@@ -137,9 +137,11 @@ absl::Status Volume::Format() const {
 
 absl::Status Volume::Check(bool full) const {
   if (config_.fs == FsType::kXfs) {
-    // XFS needs no check before mounting: the mount replays its log.
-    if (!full) return absl::OkStatus();
-    return RunHelper({"xfs_repair", config_.device}, "xfs_repair");
+    // XFS repairs itself by replaying its log at mount (after a shutdown too);
+    // xfs_repair refuses a dirty log and would need -L, which throws away
+    // metadata updates: never done unattended.
+    (void)full;
+    return absl::OkStatus();
   }
   std::vector<std::string> argv = {"e2fsck", full ? "-fy" : "-p", config_.device};
   spdlog::info("checking {}: {}", config_.device, absl::StrJoin(argv, " "));
@@ -271,6 +273,13 @@ absl::StatusOr<ResizeResult> Volume::Resize() const {
   const auto status = config_.fs == FsType::kExt4
                           ? RunHelper({"resize2fs", config_.device}, "resize2fs")
                           : RunHelper({"xfs_growfs", config_.target}, "xfs_growfs");
+  if (!status.ok() && config_.fs == FsType::kExt4 &&
+      std::string(status.message()).find("Permission denied") != std::string::npos) {
+    // The kernel's online resize ioctl needs CAP_SYS_RESOURCE.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "growing ext4 online needs the CAP_SYS_RESOURCE capability, which share-manager lacks "
+        "(grant it to the container); the filesystem is unchanged. ", status.message()));
+  }
   if (!status.ok()) return status;
   auto after = Usage();
   if (!after.ok()) return after.status();

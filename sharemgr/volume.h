@@ -57,7 +57,7 @@ class Volume {
   // "" for a blank device.
   absl::StatusOr<std::string> DetectFilesystem() const;
   absl::Status Format() const;
-  // ext4: e2fsck -p (full: -fy); xfs: xfs_repair (full only; a mount replays the log).
+  // ext4: e2fsck -p (full: -fy); xfs: nothing (the mount replays its log).
   absl::Status Check(bool full) const;
   absl::Status Mount() const;
   // Retries "target is busy" with backoff for up to `budget`.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 
@@ -61,7 +62,29 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   _exit(127);
 }
 
+std::mutex& SpawnMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Pids spawned here and not reaped yet; guarded by SpawnMutex().
+std::set<pid_t>& OwnedPids() {
+  static std::set<pid_t> pids;
+  return pids;
+}
+
+void Disown(pid_t pid) {
+  std::lock_guard lock(SpawnMutex());
+  OwnedPids().erase(pid);
+}
+
 }  // namespace
+
+std::unique_lock<std::mutex> ChildProcess::LockSpawns() {
+  return std::unique_lock<std::mutex>(SpawnMutex());
+}
+
+bool ChildProcess::IsOwned(pid_t pid) { return OwnedPids().contains(pid); }
 
 std::string ChildExit::Describe() const {
   if (signal != 0) return absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")");
@@ -85,12 +108,16 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   if (!devnull) return Errno("open /dev/null");
 
   const pid_t parent = getpid();
+  // Registered before any reaper can see it exit.
+  auto spawn_lock = LockSpawns();
   const pid_t pid = fork();
   if (pid < 0) return Errno("fork");
   if (pid == 0) {
     ExecChild(path->c_str(), args.data(), out_write.get(), devnull.get(), report_write.get(),
               parent);
   }
+  OwnedPids().insert(pid);
+  spawn_lock.unlock();
   setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
   out_write.reset();
   report_write.reset();
@@ -102,6 +129,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   } while (n < 0 && errno == EINTR);
   if (n == sizeof(child_errno)) {
     waitpid(pid, nullptr, 0);
+    Disown(pid);
     return absl::FailedPreconditionError(
         absl::StrCat("cannot execute ", *path, ": ", std::strerror(child_errno)));
   }
@@ -111,6 +139,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
     const auto status = Errno("pidfd_open");
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    Disown(pid);
     return status;
   }
   fcntl(out_read.get(), F_SETFL, O_NONBLOCK);
@@ -133,6 +162,7 @@ absl::StatusOr<ChildExit> ChildProcess::Reap() {
   } else {
     exit.signal = info.si_status;
   }
+  Disown(pid_);
   pid_ = -1;
   return exit;
 }

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,13 @@ class ChildProcess {
 
   // Collects the exit status once pidfd() is readable.
   absl::StatusOr<ChildExit> Reap();
+
+  // True for a process started by Spawn and not reaped yet. An orphan reaper
+  // (waitpid on any child) must leave these alone: their owner reaps them
+  // through their pidfd and needs their exit status. Call with the lock from
+  // LockSpawns() held, so a Spawn cannot slip between the check and the reap.
+  static bool IsOwned(pid_t pid);
+  static std::unique_lock<std::mutex> LockSpawns();
 
  private:
   ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd output)

@@ -223,16 +223,20 @@ void Supervisor::OnSignal() {
 
 void Supervisor::ReapOrphans() {
   for (;;) {
+    // Peek first: processes we spawned (ganesha, helper programs run by other
+    // threads) are reaped by their owners through their pidfds, not here.
+    auto lock = ChildProcess::LockSpawns();
     siginfo_t info{};
-    // Peek first: the supervised child is reaped through its pidfd, not here.
     if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
-    if (child_ && info.si_pid == child_->pid()) return;
+    if (ChildProcess::IsOwned(info.si_pid)) return;
     waitpid(info.si_pid, nullptr, WNOHANG);
     spdlog::debug("reaped orphan pid {}", info.si_pid);
   }
 }
 
 void Supervisor::OnProbeTimer() {
+  // Orphans whose exit was queued behind a helper's zombie are picked up here.
+  ReapOrphans();
   if (!child_) return;
   if (!answered_ && clock_.Now() > start_deadline_) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",

@@ -1,0 +1,65 @@
+#include "tests/support/loop_device.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "supervisor/run_program.h"
+
+namespace testing_support {
+
+absl::Status Run(const std::vector<std::string>& argv) {
+  const auto result = supervisor::RunProgram(argv, std::chrono::seconds(60));
+  if (result.exit_code != 0) {
+    return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), " exited ",
+                                            result.exit_code, ": ", result.output));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LoopDevice>> LoopDevice::Create(const std::string& size,
+                                                               const std::string& fs) {
+  std::unique_ptr<LoopDevice> loop(new LoopDevice());
+  char tmpl[] = "/tmp/sharemgr-loop-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  loop->dir_ = tmpl;
+  loop->image_ = loop->dir_ + "/image";
+  if (auto s = Run({"truncate", "-s", size, loop->image_}); !s.ok()) return s;
+  if (fs == "ext4") {
+    if (auto s = Run({"mkfs.ext4", "-q", "-F", loop->image_}); !s.ok()) return s;
+  } else if (fs == "xfs") {
+    if (auto s = Run({"mkfs.xfs", "-q", "-f", loop->image_}); !s.ok()) return s;
+  }
+  const auto attached =
+      supervisor::RunProgram({"losetup", "-f", "--show", loop->image_}, std::chrono::seconds(30));
+  if (attached.exit_code != 0) return absl::InternalError("losetup: " + attached.output);
+  loop->device_ = std::string(absl::StripAsciiWhitespace(attached.output));
+  return loop;
+}
+
+absl::Status LoopDevice::Grow(const std::string& size) {
+  if (auto s = Run({"truncate", "-s", size, image_}); !s.ok()) return s;
+  return Run({"losetup", "-c", device_});
+}
+
+LoopDevice::~LoopDevice() {
+  if (!device_.empty()) {
+    // Anything still mounted from this device goes first (a failed test may leave it).
+    std::ifstream mounts("/proc/self/mounts");
+    std::string source, target, rest;
+    std::vector<std::string> targets;
+    while (mounts >> source >> target && std::getline(mounts, rest)) {
+      if (source == device_) targets.push_back(target);
+    }
+    for (const auto& t : targets) (void)Run({"umount", "-l", t});
+    (void)Run({"losetup", "-d", device_});
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+}  // namespace testing_support
