@@ -10,6 +10,7 @@
 
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/health_publisher.h"
+#include "sharemgr/longhorn_service.h"
 #include "sharemgr/share.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/status_board.h"
@@ -181,7 +182,9 @@ int RunDaemon(const DaemonConfig& config) {
     unlink(config.socket.c_str());  // a stale socket from a previous run
     builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
   }
+  LonghornService longhorn(service);
   builder.RegisterService(&service);
+  builder.RegisterService(&longhorn);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     spdlog::error("cannot serve gRPC on {}{}{} (address in use or not local?)", config.listen,

@@ -91,8 +91,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
       ->capture_default_str();
   app.add_option("--device", f.device,
-                 "Block device to check, mount at --export-dir and export (default: none, "
-                 "export the directory as it is)");
+                 "Block device to check, mount at --export-dir and export. Default: "
+                 "/dev/longhorn/<volume>, unless --export-dir is given, which then is "
+                 "exported as the directory it is");
   app.add_option("--fs", f.fs, "Filesystem expected on --device")
       ->check(CLI::IsMember({"ext4", "xfs"}))
       ->capture_default_str();
@@ -103,6 +104,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--mkfs-option", f.mkfs_options, "Extra mkfs argument (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--mount-option", f.mount_options, "Mount option for --device (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--data-engine", f.data_engine, "Longhorn data engine of the volume")
+      ->check(CLI::IsMember({"v1", "v2"}))
+      ->capture_default_str();
+  app.add_option("--mount", f.longhorn_mount_options,
+                 "Longhorn's name for --mount-option (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--volume-probe-interval", f.volume_probe_interval,
                  "How often the mounted volume is probed (mount options and an I/O check)")
@@ -164,24 +171,32 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   std::optional<VolumeConfig> volume;
   auto volume_probe = FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
   if (!volume_probe.ok()) return volume_probe.status();
-  if (!f.device.empty()) {
-    if (auto s = ValidateConfigPath("--device", f.device); !s.ok()) return s;
+  // Longhorn's layout when nothing says otherwise: the volume's block device,
+  // mounted at /export/<volume>.
+  const std::string device = !f.device.empty() || !f.export_dir.empty()
+                                 ? f.device
+                                 : absl::StrCat("/dev/longhorn/", f.volume);
+  std::vector<std::string> mount_options = f.mount_options;
+  mount_options.insert(mount_options.end(), f.longhorn_mount_options.begin(),
+                       f.longhorn_mount_options.end());
+  if (!device.empty()) {
+    if (auto s = ValidateConfigPath("--device", device); !s.ok()) return s;
     auto device_timeout = FlagDuration("--device-timeout", f.device_timeout, Duration(0));
     if (!device_timeout.ok()) return device_timeout.status();
-    for (const auto& o : f.mount_options) {
+    for (const auto& o : mount_options) {
       if (auto s = ValidateOption("--mount-option", o, ","); !s.ok()) return s;
     }
     for (const auto& o : f.mkfs_options) {
       if (auto s = ValidateOption("--mkfs-option", o, ""); !s.ok()) return s;
     }
-    volume = VolumeConfig{.device = f.device,
+    volume = VolumeConfig{.device = device,
                           .fs = f.fs == "xfs" ? FsType::kXfs : FsType::kExt4,
                           .target = ganesha->input().export_dir,
                           .device_timeout = *device_timeout,
                           .format_if_blank = f.format_if_blank,
                           .mkfs_options = f.mkfs_options,
-                          .mount_options = f.mount_options};
-  } else if (f.format_if_blank || !f.mkfs_options.empty() || !f.mount_options.empty()) {
+                          .mount_options = mount_options};
+  } else if (f.format_if_blank || !f.mkfs_options.empty() || !mount_options.empty()) {
     return absl::InvalidArgumentError(
         "--format-if-blank, --mkfs-option and --mount-option need --device");
   }

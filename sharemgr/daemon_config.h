@@ -47,6 +47,9 @@ struct DaemonFlags {
   std::vector<std::string> mkfs_options;
   std::vector<std::string> mount_options;
   std::string volume_probe_interval = "1s";
+  // Longhorn's spelling: --data-engine v1|v2, --mount OPT (repeatable).
+  std::string data_engine = "v1";
+  std::vector<std::string> longhorn_mount_options;
 };
 
 void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);

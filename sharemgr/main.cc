@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
 
   sharemgr::DaemonFlags daemon_flags;
   std::string log_level = "info";
+  bool debug = false;
+  app.add_flag("--debug", debug, "Log at debug level (Longhorn's flag; same as --log-level debug)");
   CLI::App* daemon = app.add_subcommand(
       "daemon",
       "Serve the volume: export it with ganesha and supervise it.\n"
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
   sharemgr::AddClientCommands(app, client_flags, &exit_code);
 
   daemon->callback([&] {
-    SetUpLogging(log_level);
+    SetUpLogging(debug ? "debug" : log_level);
     auto config = sharemgr::ResolveDaemonConfig(daemon_flags);
     if (!config.ok()) {
       std::cerr << "share-manager: " << config.status().message() << "\n";

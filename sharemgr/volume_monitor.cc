@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "supervisor/fmt_absl.h"
@@ -86,6 +87,7 @@ void VolumeMonitor::Start() {
 
 void VolumeMonitor::Check() {
   if (probe_worker_.busy()) {
+    recheck_ = true;
     // The previous probe is still in the kernel: past the interval, that is a failure.
     if (supervisor::Clock::now() - probe_worker_.started() >= probe_interval_) {
       Health stuck = health_;
@@ -121,7 +123,10 @@ void VolumeMonitor::Check() {
         probed_ = std::move(h);
         return absl::OkStatus();
       },
-      [this](absl::Status) { OnHealth(probed_); });
+      [this](absl::Status) {
+        OnHealth(probed_);
+        if (std::exchange(recheck_, false)) Check();
+      });
 }
 
 void VolumeMonitor::OnHealth(Health health) {

@@ -79,6 +79,9 @@ class VolumeMonitor {
   Health health_;
   Health probed_;  // written by the probe task, read in its done callback
   bool repairing_ = false;
+  // A check was asked for while a probe ran: probe again when it returns, so
+  // the newest state (e.g. right after a repair) is seen at once.
+  bool recheck_ = false;
   std::atomic<uint64_t> size_bytes_{0};
   std::atomic<uint64_t> free_bytes_{0};
   int attempts_ = 0;

@@ -1,6 +1,7 @@
 // Block-device volumes end to end: real loop devices with ext4 and xfs, real
 // ganesha, a real NFS client, failures made by the kernel itself.
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "longhorn/smrpc.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/nfs_client.h"
@@ -341,4 +343,76 @@ TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected 
   CHECK(*code == 0);
   CHECK(MountSourceOf(export_dir).empty());
   CHECK(d->output().find("unmounted " + export_dir) != std::string::npos);
+}
+
+TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchanged") {
+  auto loop = MakeLoop("ext4");
+  const std::string volume = "pvc-lh-" + std::to_string(getpid());
+  const std::string device_link = "/dev/longhorn/" + volume;
+  const std::string export_dir = "/export/" + volume;
+  std::filesystem::create_directories("/dev/longhorn");
+  std::filesystem::create_symlink(loop->path(), device_link);
+  struct Cleanup {
+    std::string link, dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove(link, ec);
+      std::filesystem::remove(dir, ec);
+      // The parents too, when this test made them and nothing else is in them.
+      std::filesystem::remove("/dev/longhorn", ec);
+      std::filesystem::remove("/export", ec);
+    }
+  } cleanup{device_link, export_dir};
+  {
+    // As longhorn-manager starts it: no --device, no --export-dir (ports moved
+    // off 9600/2049 so tests can run beside a real share).
+    char state[] = "/tmp/sharemgr-lh-XXXXXX";
+    REQUIRE(mkdtemp(state) != nullptr);
+    const uint16_t nfs_port = supervisor::FreeLoopbackPort();
+    const std::string addr = "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort());
+    auto child = supervisor::ChildProcess::Spawn(
+        {ShareManagerBinary(), "--debug", "daemon", "--volume", volume, "--data-engine", "v1",
+         "--fs", "ext4", "--mount", "noatime", "--state-dir", state, "--nfs-address", "127.0.0.1",
+         "--nfs-port", std::to_string(nfs_port), "--listen", addr, "--grace-period", "2",
+         "--lease-lifetime", "2"});
+    REQUIRE(child.ok());
+    auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+    auto status_stub = v1::ShareManager::NewStub(channel);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    v1::ShareStatus status;
+    while (Clock::now() < deadline) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      if (status_stub->GetStatus(&ctx, {}, &status).ok() && status.state() == v1::SERVING) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    CHECK(status.state() == v1::SERVING);
+    CHECK(status.device() == device_link);
+    CHECK(status.export_path() == export_dir);
+    CHECK(status.mount_options().find("noatime") != std::string::npos);
+
+    auto longhorn = ShareManagerService::NewStub(channel);
+    auto call = [&](auto method, const auto& request) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      google::protobuf::Empty response;
+      return ((*longhorn).*method)(&ctx, request, &response);
+    };
+    FilesystemTrimRequest trim;
+    trim.set_encrypted_device(false);
+    CHECK(call(&ShareManagerService::Stub::FilesystemTrim, trim).ok());
+    CHECK(call(&ShareManagerService::Stub::Unmount, google::protobuf::Empty()).ok());
+    CHECK(call(&ShareManagerService::Stub::Mount, google::protobuf::Empty()).ok());
+    const auto resize = call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
+    // Without CAP_SYS_RESOURCE ext4 cannot grow online; either way the answer is a clear one.
+    CHECK((resize.ok() || resize.error_code() == grpc::StatusCode::FAILED_PRECONDITION));
+    CHECK(testing_support::WriteOnce("127.0.0.1", nfs_port, "/" + volume, "/lh.txt", "lh").ok());
+
+    child->SignalGroup(SIGTERM);
+    pollfd p{child->pidfd(), POLLIN, 0};
+    REQUIRE(poll(&p, 1, 15'000) == 1);
+    CHECK(child->Reap()->ShellCode() == 0);
+    CHECK(MountSourceOf(export_dir).empty());
+    std::filesystem::remove_all(state);
+  }
 }

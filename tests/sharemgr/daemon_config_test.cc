@@ -13,6 +13,11 @@ TEST_CASE("defaults follow the volume name and are valid") {
   CHECK(config->ganesha.input().export_dir == "/export/pvc-1");
   CHECK(config->ganesha.input().recovery_root == "/var/lib/share-manager/pvc-1/recovery");
   CHECK(config->probe_host == "127.0.0.1");  // bound to 0.0.0.0: probe over loopback
+  // Longhorn's layout: the volume's device, mounted at /export/<volume>.
+  REQUIRE(config->volume.has_value());
+  CHECK(config->volume->device == "/dev/longhorn/pvc-1");
+  CHECK(config->volume->target == "/export/pvc-1");
+  CHECK(config->volume->fs == FsType::kExt4);
   CHECK(config->supervisor.probe_interval == supervisor::Duration(1000));
   CHECK(config->supervisor.probe_failures == 3);
   CHECK(config->supervisor.restart.max_deaths == 5);
@@ -52,6 +57,23 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
     REQUIRE_FALSE(config.ok());
     CHECK(std::string(config.status().message()).find(c.flag) != std::string::npos);
   }
+}
+
+TEST_CASE("--export-dir without --device exports a directory; Longhorn's --mount adds mount options") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  flags.export_dir = "/srv/share";
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK_FALSE(config->volume.has_value());
+  flags.export_dir.clear();
+  flags.longhorn_mount_options = {"noatime"};
+  flags.mount_options = {"discard"};
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->volume->mount_options == std::vector<std::string>{"discard", "noatime"});
+  flags.longhorn_mount_options = {"a,b"};
+  CHECK_FALSE(ResolveDaemonConfig(flags).ok());
 }
 
 TEST_CASE("[v6]:port and :port listen addresses are accepted") {
