@@ -386,7 +386,7 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
       if (status_stub->GetStatus(&ctx, {}, &status).ok() && status.state() == v1::SERVING) break;
       std::this_thread::sleep_for(milliseconds(50));
     }
-    CHECK(status.state() == v1::SERVING);
+    CHECK_MESSAGE(status.state() == v1::SERVING, status.reason());
     CHECK(status.device() == device_link);
     CHECK(status.export_path() == export_dir);
     CHECK(status.mount_options().find("noatime") != std::string::npos);

@@ -46,8 +46,18 @@ absl::Status LoopDevice::Grow(const std::string& size) {
   return Run({"losetup", "-c", device_});
 }
 
+// Whether the loop device still serves our image: its number may have been
+// reused by another test after a test detached it on purpose.
+bool StillOurs(const std::string& device, const std::string& image) {
+  std::ifstream backing("/sys/block/" + std::filesystem::path(device).filename().string() +
+                        "/loop/backing_file");
+  std::string file;
+  std::getline(backing, file);
+  return file == image;
+}
+
 LoopDevice::~LoopDevice() {
-  if (!device_.empty()) {
+  if (!device_.empty() && StillOurs(device_, image_)) {
     // Anything still mounted from this device goes first (a failed test may leave it).
     std::ifstream mounts("/proc/self/mounts");
     std::string source, target, rest;
