@@ -28,7 +28,8 @@ struct Series {
     if (values.empty()) return absl::StrFormat("| %s | - | - | %d |", name, misses);
     auto v = values;
     std::sort(v.begin(), v.end());
-    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    const double median =
+        v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
     return absl::StrFormat("| %s | %.1f ms | %.1f ms | %d |", name, median, v.back(), misses);
   }
 };
@@ -89,7 +90,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < runs; ++i) {
     Measure(
         **d,
-        [&] { (void)testing_support::Run({"mount", "-o", "remount,ro", (*d)->export_dir()}); },
+        [&] {
+          (void)testing_support::Run({"mount", "-o", "remount,ro", (*d)->export_dir()});
+        },
         ro_detected, ro_serving);
     std::this_thread::sleep_for(milliseconds(300));
   }
@@ -106,7 +109,9 @@ int main(int argc, char** argv) {
   std::cout << "## Volume benchmark (" << runs
             << " runs each; 64 MiB ext4 loop device, --volume-probe-interval 1s)\n\n"
             << "| measure | median | max | runs that never got there |\n|---|---|---|---|\n"
-            << ro_detected.Row() << "\n" << ro_serving.Row() << "\n" << err_detected.Row() << "\n"
+            << ro_detected.Row() << "\n"
+            << ro_serving.Row() << "\n"
+            << err_detected.Row() << "\n"
             << err_serving.Row() << "\n";
   return 0;
 }

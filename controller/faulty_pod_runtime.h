@@ -18,7 +18,8 @@ class FaultyPodRuntime final : public PodRuntime {
                                           [&] { return inner_.Create(spec, epoch); });
   }
   absl::Status Delete(const std::string& pod) override {
-    return WithFault<absl::Status>(faults_, "delete pod " + pod, [&] { return inner_.Delete(pod); });
+    return WithFault<absl::Status>(faults_, "delete pod " + pod,
+                                   [&] { return inner_.Delete(pod); });
   }
   absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override {
     return WithFault<absl::StatusOr<std::vector<Pod>>>(faults_, "list pods of " + volume,

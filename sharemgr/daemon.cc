@@ -161,8 +161,7 @@ int RunDaemon(const DaemonConfig& config) {
               [&](v1::ShareStatus& s) {
                 if (monitor) monitor->FillUsage(s);
               },
-          .trim = volume ? std::function<absl::StatusOr<uint64_t>()>(
-                               [&] { return volume->Trim(); })
+          .trim = volume ? std::function<absl::StatusOr<uint64_t>()>([&] { return volume->Trim(); })
                          : nullptr,
           .resize = volume ? std::function<absl::StatusOr<ResizeResult>()>(
                                  [&] { return volume->Resize(); })

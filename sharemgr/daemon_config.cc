@@ -169,7 +169,8 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                  "-N",          "NIV_EVENT"};
 
   std::optional<VolumeConfig> volume;
-  auto volume_probe = FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
+  auto volume_probe =
+      FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
   if (!volume_probe.ok()) return volume_probe.status();
   // Longhorn's layout when nothing says otherwise: the volume's block device,
   // mounted at /export/<volume>.

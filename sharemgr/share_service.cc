@@ -1,8 +1,8 @@
 #include "sharemgr/share_service.h"
 
 #include <future>
-#include <thread>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "sharemgr/grpc_status.h"
@@ -136,8 +136,8 @@ absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
                                              std::function<absl::StatusOr<T>()> op,
                                              const char* what) {
   if (!op) {
-    return absl::UnimplementedError(
-        absl::StrCat(what, " needs a block-device volume (--device); this share exports a directory"));
+    return absl::UnimplementedError(absl::StrCat(
+        what, " needs a block-device volume (--device); this share exports a directory"));
   }
   bool idle = false;
   if (!fs_op_busy_->compare_exchange_strong(idle, true)) {
@@ -153,7 +153,8 @@ absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
   const auto deadline = std::min(context->deadline(), SystemClock::now() + std::chrono::hours(1));
   if (result.wait_until(deadline) != std::future_status::ready) {
     return absl::DeadlineExceededError(absl::StrCat(
-        what, " still running at the deadline; it goes on, and new requests are refused until it ends"));
+        what,
+        " still running at the deadline; it goes on, and new requests are refused until it ends"));
   }
   return result.get();
 }
@@ -168,9 +169,9 @@ grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ShareService::FilesystemResize(grpc::ServerContext* context,
-                                            const sharemanager::v1::FilesystemResizeRequest* request,
-                                            sharemanager::v1::FilesystemResizeResponse* response) {
+grpc::Status ShareService::FilesystemResize(
+    grpc::ServerContext* context, const sharemanager::v1::FilesystemResizeRequest* request,
+    sharemanager::v1::FilesystemResizeResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
   auto resized = RunExclusive<ResizeResult>(context, commands_.resize, "resize");
   if (!resized.ok()) return ToGrpcStatus(resized.status());

@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <memory>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"

@@ -92,8 +92,8 @@ absl::Status ValidateOption(absl::string_view flag, absl::string_view value,
   for (char ch : value) {
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f || forbidden.find(ch) != absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, " '", Printable(value),
-                                                     "' contains a character that is not allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", Printable(value), "' contains a character that is not allowed"));
     }
   }
   return absl::OkStatus();

@@ -4,12 +4,11 @@
 #include <fcntl.h>
 #include <libmount/libmount.h>
 #include <linux/fs.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -79,7 +78,7 @@ absl::Status Volume::WaitForDevice() const {
   const auto deadline = Clock::now() + config_.device_timeout;
   auto next_log = Clock::now();
   for (;;) {
-    struct stat st{};
+    struct stat st {};
     if (stat(config_.device.c_str(), &st) == 0) {
       if (S_ISBLK(st.st_mode)) return absl::OkStatus();
       return absl::FailedPreconditionError(
@@ -87,9 +86,9 @@ absl::Status Volume::WaitForDevice() const {
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      return absl::NotFoundError(absl::StrCat(
-          "device ", config_.device, " did not appear within ",
-          supervisor::FormatDuration(config_.device_timeout), " (--device-timeout)"));
+      return absl::NotFoundError(absl::StrCat("device ", config_.device, " did not appear within ",
+                                              supervisor::FormatDuration(config_.device_timeout),
+                                              " (--device-timeout)"));
     }
     if (now >= next_log) {
       spdlog::info("waiting for device {} ({} s left)", config_.device,
@@ -103,8 +102,8 @@ absl::Status Volume::WaitForDevice() const {
 absl::StatusOr<std::string> Volume::DetectFilesystem() const {
   blkid_probe probe = blkid_new_probe_from_filename(config_.device.c_str());
   if (probe == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot open ", config_.device, " to detect its filesystem: ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot open ", config_.device, " to detect its filesystem: ", std::strerror(errno)));
   }
   blkid_probe_enable_superblocks(probe, 1);
   blkid_probe_set_superblocks_flags(probe, BLKID_SUBLKS_TYPE);
@@ -116,8 +115,8 @@ absl::StatusOr<std::string> Volume::DetectFilesystem() const {
   }
   blkid_free_probe(probe);
   if (rc == -2) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(config_.device, " carries more than one filesystem signature; refusing to touch it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        config_.device, " carries more than one filesystem signature; refusing to touch it"));
   }
   if (rc < 0) return absl::UnavailableError(absl::StrCat("cannot probe ", config_.device));
   return type;
@@ -147,7 +146,8 @@ absl::Status Volume::Check(bool full) const {
   spdlog::info("checking {}: {}", config_.device, absl::StrJoin(argv, " "));
   const auto result = supervisor::RunProgram(argv, config_.helper_timeout);
   if (result.timed_out) {
-    return absl::DeadlineExceededError(absl::StrCat("e2fsck of ", config_.device, " did not finish within ",
+    return absl::DeadlineExceededError(absl::StrCat("e2fsck of ", config_.device,
+                                                    " did not finish within ",
                                                     config_.helper_timeout.count() / 1000, " s"));
   }
   // e2fsck(8): 0 clean, 1 errors corrected, 2 corrected (reboot advised); 4 and up
@@ -202,8 +202,8 @@ absl::Status Volume::Unmount(milliseconds budget) const {
       spdlog::info("unmounted {}", config_.target);
       return absl::OkStatus();
     }
-    const bool busy = mnt_context_syscall_called(cxt.get()) &&
-                      mnt_context_get_syscall_errno(cxt.get()) == EBUSY;
+    const bool busy =
+        mnt_context_syscall_called(cxt.get()) && mnt_context_get_syscall_errno(cxt.get()) == EBUSY;
     const std::string error = MountError(cxt.get(), rc);
     if (!busy || Clock::now() + backoff > deadline) {
       return absl::UnavailableError(absl::StrCat("unmount ", config_.target, ": ", error));
@@ -239,8 +239,8 @@ MountState Volume::ReadMountState() const {
     if (const char* s = mnt_fs_get_vfs_options(fs)) state.vfs_options = s;
     if (const char* s = mnt_fs_get_fs_options(fs)) state.fs_options = s;
     state.fs_error = HasOption(state.fs_options, "emergency_ro");
-    state.read_only = HasOption(state.vfs_options, "ro") || HasOption(state.fs_options, "ro") ||
-                      state.fs_error;
+    state.read_only =
+        HasOption(state.vfs_options, "ro") || HasOption(state.fs_options, "ro") || state.fs_error;
   }
   mnt_unref_table(table);
   return state;
@@ -248,7 +248,9 @@ MountState Volume::ReadMountState() const {
 
 absl::StatusOr<uint64_t> Volume::Trim() const {
   supervisor::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) return absl::UnavailableError(absl::StrCat("open ", config_.target, ": ", std::strerror(errno)));
+  if (!fd)
+    return absl::UnavailableError(
+        absl::StrCat("open ", config_.target, ": ", std::strerror(errno)));
   fstrim_range range{};
   range.len = ULLONG_MAX;
   if (ioctl(fd.get(), FITRIM, &range) != 0) {
@@ -259,9 +261,10 @@ absl::StatusOr<uint64_t> Volume::Trim() const {
 }
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> Volume::Usage() const {
-  struct statvfs vfs{};
+  struct statvfs vfs {};
   if (statvfs(config_.target.c_str(), &vfs) != 0) {
-    return absl::UnavailableError(absl::StrCat("statvfs ", config_.target, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("statvfs ", config_.target, ": ", std::strerror(errno)));
   }
   return std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
                                        static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
@@ -278,7 +281,8 @@ absl::StatusOr<ResizeResult> Volume::Resize() const {
     // The kernel's online resize ioctl needs CAP_SYS_RESOURCE.
     return absl::FailedPreconditionError(absl::StrCat(
         "growing ext4 online needs the CAP_SYS_RESOURCE capability, which share-manager lacks "
-        "(grant it to the container); the filesystem is unchanged. ", status.message()));
+        "(grant it to the container); the filesystem is unchanged. ",
+        status.message()));
   }
   if (!status.ok()) return status;
   auto after = Usage();
@@ -298,9 +302,9 @@ absl::Status Volume::Prepare() {
     spdlog::info("{} is blank: formatting as {}", config_.device, FsName(config_.fs));
     if (auto s = Format(); !s.ok()) return s;
   } else if (*type != FsName(config_.fs)) {
-    return absl::FailedPreconditionError(absl::StrCat(config_.device, " holds a ", *type,
-                                                      " filesystem but --fs is ", FsName(config_.fs),
-                                                      "; refusing to mount it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(config_.device, " holds a ", *type, " filesystem but --fs is ",
+                     FsName(config_.fs), "; refusing to mount it"));
   }
   if (auto s = Check(false); !s.ok()) return s;
   if (ReadMountState().mounted) {

@@ -2,10 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -38,7 +37,7 @@ const char* Name(VolumeCondition c) {
 
 // stat and read the export root; EIO (an XFS shutdown) is a filesystem error.
 absl::Status ProbeIo(const std::string& target) {
-  struct stat st{};
+  struct stat st {};
   if (stat(target.c_str(), &st) != 0) {
     return absl::DataLossError(absl::StrCat("stat ", target, ": ", std::strerror(errno)));
   }
@@ -51,7 +50,8 @@ absl::Status ProbeIo(const std::string& target) {
   }
   const int err = errno;
   closedir(dir);
-  if (err != 0) return absl::DataLossError(absl::StrCat("readdir ", target, ": ", std::strerror(err)));
+  if (err != 0)
+    return absl::DataLossError(absl::StrCat("readdir ", target, ": ", std::strerror(err)));
   return absl::OkStatus();
 }
 
@@ -144,8 +144,8 @@ void VolumeMonitor::OnHealth(Health health) {
   free_bytes_ = health.free_bytes;
   health_ = std::move(health);
   if (changed) hooks_.changed();
-  if (health_.condition != VolumeCondition::kHealthy && health_.condition != VolumeCondition::kStuck &&
-      !repairing_) {
+  if (health_.condition != VolumeCondition::kHealthy &&
+      health_.condition != VolumeCondition::kStuck && !repairing_) {
     repairing_ = true;
     attempts_ = 0;
     Repair();
@@ -156,7 +156,8 @@ void VolumeMonitor::Repair() {
   const VolumeCondition condition = health_.condition;
   ++attempts_;
   if (condition == VolumeCondition::kReadOnly) {
-    spdlog::info("repairing {}: remount read-write (attempt {})", volume_.config().target, attempts_);
+    spdlog::info("repairing {}: remount read-write (attempt {})", volume_.config().target,
+                 attempts_);
     repair_worker_.TryRun([this] { return volume_.RemountReadWrite(); },
                           [this](absl::Status result) {
                             if (!result.ok()) return RepairFailed(std::string(result.message()));
@@ -195,15 +196,15 @@ void VolumeMonitor::RepairFailed(const std::string& error) {
     return;
   }
   // A failed in-place remount escalates to the full cycle.
-  if (health_.condition == VolumeCondition::kReadOnly) health_.condition = VolumeCondition::kFsError;
+  if (health_.condition == VolumeCondition::kReadOnly)
+    health_.condition = VolumeCondition::kFsError;
   retry_timer_.Arm(milliseconds(500 << attempts_));
 }
 
 absl::Status VolumeMonitor::Ready() const {
   if (health_.condition != VolumeCondition::kHealthy) {
     return absl::UnavailableError(absl::StrCat("volume ", Name(health_.condition), ": ",
-                                               health_.detail,
-                                               repairing_ ? " (repairing)" : ""));
+                                               health_.detail, repairing_ ? " (repairing)" : ""));
   }
   if (repairing_) return absl::UnavailableError("volume under repair");
   return absl::OkStatus();
@@ -212,10 +213,11 @@ absl::Status VolumeMonitor::Ready() const {
 void VolumeMonitor::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_device(volume_.config().device);
   status.set_filesystem(FsName(volume_.config().fs));
-  status.set_mount_options(health_.mount.mounted
-                               ? absl::StrCat(health_.mount.vfs_options, " ", health_.mount.fs_options)
-                               : "");
-  if (health_.condition == VolumeCondition::kReadOnly || health_.condition == VolumeCondition::kFsError) {
+  status.set_mount_options(
+      health_.mount.mounted ? absl::StrCat(health_.mount.vfs_options, " ", health_.mount.fs_options)
+                            : "");
+  if (health_.condition == VolumeCondition::kReadOnly ||
+      health_.condition == VolumeCondition::kFsError) {
     status.set_read_only(true);
   }
 }

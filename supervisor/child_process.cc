@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <set>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"

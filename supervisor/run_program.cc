@@ -30,7 +30,8 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, std::chrono::mill
   }
   const auto deadline = start + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 && !result.timed_out) {
       result.timed_out = true;
       child->SignalGroup(SIGKILL);

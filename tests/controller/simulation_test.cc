@@ -51,8 +51,7 @@ void RunSeed(uint64_t seed) {
     const auto pods = sim.cluster.Pods(name);
     const int action = pick(100);
     if (action < 60) {
-      const uint64_t faults_before =
-          sim.store.faults().fired() + sim.runtime.faults().fired();
+      const uint64_t faults_before = sim.store.faults().fired() + sim.runtime.faults().fired();
       const auto before = sim.cluster.Pods(name);
       sim.Pass(name);
       // Status never stale by more than one pass: a pass whose store and

@@ -241,13 +241,11 @@ TEST_CASE("StatusWatch reports each status, then 'unreachable' when the share-ma
   });
   auto saw = [&](const std::function<bool(const StatusWatch::Event&)>& match) {
     std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(10), [&] {
-      return std::any_of(events.begin(), events.end(), match);
-    });
+    return cv.wait_for(lock, std::chrono::seconds(10),
+                       [&] { return std::any_of(events.begin(), events.end(), match); });
   };
-  CHECK(saw([](const auto& e) {
-    return e.status && e.status->state() == sharemanager::v1::SERVING;
-  }));
+  CHECK(saw(
+      [](const auto& e) { return e.status && e.status->state() == sharemanager::v1::SERVING; }));
   (*d)->Signal(SIGTERM);  // the stream ends with the server
   CHECK(saw([](const auto& e) { return !e.status.has_value() && !e.error.empty(); }));
 }

@@ -22,7 +22,6 @@ using testing_support::DaemonSpec;
 using testing_support::ReadOnce;
 using testing_support::RunCommand;
 using testing_support::ShareManagerBinary;
-using testing_support::WriteOnce;
 using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<DaemonProcess> StartDaemon(DaemonSpec spec = {}) {
@@ -38,31 +37,7 @@ std::string ReadLocal(const std::string& path) {
   return s.str();
 }
 
-// Writes through NFS, retrying while ganesha is (re)starting or in grace.
-absl::Status WriteEventually(const DaemonProcess& d, const std::string& path,
-                             const std::string& data, milliseconds timeout = milliseconds(20'000)) {
-  const auto deadline = Clock::now() + timeout;
-  absl::Status last;
-  while (Clock::now() < deadline) {
-    last = WriteOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path, data, milliseconds(2000));
-    if (last.ok()) return last;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return last;
-}
 
-// Reads through NFS, retrying while ganesha is in grace after a restart.
-absl::StatusOr<std::string> ReadEventually(const DaemonProcess& d, const std::string& path,
-                                           milliseconds timeout = milliseconds(20'000)) {
-  const auto deadline = Clock::now() + timeout;
-  absl::StatusOr<std::string> last = absl::DeadlineExceededError("no attempt");
-  while (Clock::now() < deadline) {
-    last = ReadOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path, milliseconds(2000));
-    if (last.ok()) return last;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return last;
-}
 
 bool WaitGone(pid_t pid, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
@@ -106,9 +81,9 @@ TEST_CASE("1. SERVING: a file written through NFS reads back through NFS and lan
   CHECK(*d->HealthServing("liveness"));
 
   const std::string data = std::string(10'000, 'x') + "end";  // several NFS write chunks
-  const auto written = WriteEventually(*d, "/hello.txt", data);
+  const auto written = d->WriteEventually("/hello.txt", data);
   REQUIRE_MESSAGE(written.ok(), written.ToString());
-  const auto back = ReadEventually(*d, "/hello.txt");
+  const auto back = d->ReadEventually("/hello.txt");
   REQUIRE_MESSAGE(back.ok(), back.status().ToString());
   CHECK(*back == data);
   CHECK(ReadLocal(d->export_dir() + "/hello.txt") == data);
@@ -116,7 +91,7 @@ TEST_CASE("1. SERVING: a file written through NFS reads back through NFS and lan
 
 TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, writes resume") {
   auto d = StartDaemon();
-  REQUIRE(WriteEventually(*d, "/before.txt", "before").ok());
+  REQUIRE(d->WriteEventually("/before.txt", "before").ok());
   const auto serving = d->Status();
   REQUIRE(serving.ok());
   const pid_t old_pid = serving->ganesha_pid();
@@ -134,10 +109,10 @@ TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, w
   CHECK(again->restart_count() == 1);
   CHECK(WaitGone(old_pid, milliseconds(2000)));
 
-  const auto before = ReadEventually(*d, "/before.txt");
+  const auto before = d->ReadEventually("/before.txt");
   REQUIRE_MESSAGE(before.ok(), before.status().ToString());
   CHECK(*before == "before");
-  CHECK(WriteEventually(*d, "/after.txt", "after").ok());
+  CHECK(d->WriteEventually("/after.txt", "after").ok());
   CHECK(ReadLocal(d->export_dir() + "/after.txt") == "after");
 }
 
@@ -155,7 +130,7 @@ TEST_CASE(
   CHECK(restarted->last_exit().signal() == SIGKILL);
   CHECK(restarted->last_exit().description().find("hung") != std::string::npos);
   CHECK(WaitGone(old_pid, milliseconds(2000)));
-  CHECK(WriteEventually(*d, "/after-hang.txt", "ok").ok());
+  CHECK(d->WriteEventually("/after-hang.txt", "ok").ok());
 }
 
 TEST_CASE("4. beyond the death budget: FAILED, health NOT_SERVING, exit code 3") {
@@ -252,7 +227,7 @@ TEST_CASE(
     "Unmount withdraws the export while ganesha keeps running and Mount brings it back by "
     "generation") {
   auto d = StartDaemon({.extra_flags = {"--epoch", "7"}});
-  REQUIRE(WriteEventually(*d, "/kept.txt", "kept").ok());
+  REQUIRE(d->WriteEventually("/kept.txt", "kept").ok());
   const pid_t ganesha = d->Status()->ganesha_pid();
   auto stub = d->Stub();
   {
@@ -291,7 +266,7 @@ TEST_CASE(
   REQUIRE_MESSAGE(ok.ok(), ok.error_message());
   CHECK(resp.handled_generation() == 3);
   REQUIRE(d->WaitServing().ok());
-  const auto kept = ReadEventually(*d, "/kept.txt");
+  const auto kept = d->ReadEventually("/kept.txt");
   REQUIRE_MESSAGE(kept.ok(), kept.status().ToString());
   CHECK(*kept == "kept");
 

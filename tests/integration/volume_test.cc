@@ -33,37 +33,15 @@ std::unique_ptr<LoopDevice> MakeLoop(const std::string& fs, const std::string& s
 
 std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string& fs,
                                        std::vector<std::string> extra = {}) {
-  std::vector<std::string> flags = {"--device", loop.path(), "--fs", fs,
-                                    "--volume-probe-interval", "200ms"};
+  std::vector<std::string> flags = {"--device", loop.path(), "--fs", fs, "--volume-probe-interval",
+                                    "200ms"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   auto d = DaemonProcess::Start({.extra_flags = flags});
   REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   return std::move(*d);
 }
 
-absl::Status WriteEventually(const DaemonProcess& d, const std::string& path, const std::string& data) {
-  const auto deadline = Clock::now() + milliseconds(20'000);
-  absl::Status last;
-  while (Clock::now() < deadline) {
-    last = testing_support::WriteOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path, data,
-                                      milliseconds(2000));
-    if (last.ok()) return last;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return last;
-}
 
-absl::StatusOr<std::string> ReadEventually(const DaemonProcess& d, const std::string& path) {
-  const auto deadline = Clock::now() + milliseconds(20'000);
-  absl::StatusOr<std::string> last = absl::UnavailableError("no attempt");
-  while (Clock::now() < deadline) {
-    last = testing_support::ReadOnce("127.0.0.1", d.nfs_port(), d.pseudo_path(), path,
-                                     milliseconds(2000));
-    if (last.ok()) return last;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return last;
-}
 
 std::string MountSourceOf(const std::string& target) {
   std::ifstream mounts("/proc/self/mounts");
@@ -110,19 +88,23 @@ TEST_CASE("volume 1. an ext4 device is checked, mounted and exported; an NFS wri
   CHECK(status->mount_options().find("errors=remount-ro") != std::string::npos);
   CHECK(status->size_bytes() > 0);
   CHECK(MountSourceOf(d->export_dir()) == loop->path());
-  REQUIRE(WriteEventually(*d, "/on-ext4.txt", "landed").ok());
+  REQUIRE(d->WriteEventually("/on-ext4.txt", "landed").ok());
   std::ifstream in(d->export_dir() + "/on-ext4.txt");
   std::string content;
   in >> content;
   CHECK(content == "landed");
 }
 
-TEST_CASE("volume 2. a read-only remount from outside is detected and repaired; generation +1 exactly") {
+TEST_CASE(
+    "volume 2. a read-only remount from outside is detected and repaired; generation +1 exactly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   const uint64_t before = d->Status()->remount_generation();
   const auto seen = WatchUntil(
-      *d, [&] { REQUIRE(Run({"mount", "-o", "remount,ro", d->export_dir()}).ok()); },
+      *d,
+      [&] {
+        REQUIRE(Run({"mount", "-o", "remount,ro", d->export_dir()}).ok());
+      },
       [&](const v1::ShareStatus& s) {
         return s.state() == v1::SERVING && s.remount_generation() > before;
       });
@@ -130,16 +112,17 @@ TEST_CASE("volume 2. a read-only remount from outside is detected and repaired; 
   CHECK(seen.back().remount_generation() == before + 1);
   std::this_thread::sleep_for(milliseconds(600));  // several probes later: no further bumps
   CHECK(d->Status()->remount_generation() == before + 1);
-  CHECK(WriteEventually(*d, "/after-remount.txt", "ok").ok());
+  CHECK(d->WriteEventually("/after-remount.txt", "ok").ok());
 }
 
 TEST_CASE("volume 3. an ext4 filesystem error runs the full repair; data intact, writes resume") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
-  REQUIRE(WriteEventually(*d, "/before-error.txt", "precious").ok());
+  REQUIRE(d->WriteEventually("/before-error.txt", "precious").ok());
   const uint64_t before = d->Status()->remount_generation();
-  const std::string sysfs =
-      "/sys/fs/ext4/" + std::filesystem::path(loop->path()).filename().string() + "/trigger_fs_error";
+  const std::string sysfs = "/sys/fs/ext4/" +
+                            std::filesystem::path(loop->path()).filename().string() +
+                            "/trigger_fs_error";
   const auto seen = WatchUntil(
       *d,
       [&] {
@@ -152,29 +135,33 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair; data intact,
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
   CHECK(d->output().find("e2fsck -fy") != std::string::npos);
-  const auto data = ReadEventually(*d, "/before-error.txt");
+  const auto data = d->ReadEventually("/before-error.txt");
   REQUIRE_MESSAGE(data.ok(), data.status().ToString());
   CHECK(*data == "precious");
-  CHECK(WriteEventually(*d, "/after-error.txt", "ok").ok());
+  CHECK(d->WriteEventually("/after-error.txt", "ok").ok());
   CHECK(d->Status()->remount_generation() == before + 1);
 }
 
-TEST_CASE("volume 3b. an XFS shutdown (every I/O fails with EIO) is repaired by unmount and mount") {
+TEST_CASE(
+    "volume 3b. an XFS shutdown (every I/O fails with EIO) is repaired by unmount and mount") {
   auto loop = MakeLoop("xfs", "320M");  // XFS wants at least 300 MB
   auto d = StartOn(*loop, "xfs");
-  REQUIRE(WriteEventually(*d, "/before-shutdown.txt", "precious").ok());
+  REQUIRE(d->WriteEventually("/before-shutdown.txt", "precious").ok());
   const uint64_t before = d->Status()->remount_generation();
   const auto seen = WatchUntil(
-      *d, [&] { REQUIRE(Run({"xfs_io", "-x", "-c", "shutdown", d->export_dir()}).ok()); },
+      *d,
+      [&] {
+        REQUIRE(Run({"xfs_io", "-x", "-c", "shutdown", d->export_dir()}).ok());
+      },
       [&](const v1::ShareStatus& s) {
         return s.state() == v1::SERVING && s.remount_generation() > before;
       });
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
-  const auto data = ReadEventually(*d, "/before-shutdown.txt");
+  const auto data = d->ReadEventually("/before-shutdown.txt");
   REQUIRE_MESSAGE(data.ok(), data.status().ToString());
   CHECK(*data == "precious");
-  CHECK(WriteEventually(*d, "/after-shutdown.txt", "ok").ok());
+  CHECK(d->WriteEventually("/after-shutdown.txt", "ok").ok());
 }
 
 TEST_CASE("volume 4. a failure that cannot be repaired: FAILED and exit code 5, nothing hangs") {
@@ -199,7 +186,7 @@ TEST_CASE("volume 4. a failure that cannot be repaired: FAILED and exit code 5, 
 TEST_CASE("volume 5. trim returns the bytes trimmed") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
-  REQUIRE(WriteEventually(*d, "/big.bin", std::string(1 << 20, 'x')).ok());
+  REQUIRE(d->WriteEventually("/big.bin", std::string(1 << 20, 'x')).ok());
   std::filesystem::remove(d->export_dir() + "/big.bin");
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -229,7 +216,7 @@ bool HasCapability(int cap) {
 TEST_CASE("volume 6. grow the device, resize online: bigger, data intact; again is a no-op (xfs)") {
   auto loop = MakeLoop("xfs", "320M");
   auto d = StartOn(*loop, "xfs");
-  REQUIRE(WriteEventually(*d, "/kept.txt", "kept").ok());
+  REQUIRE(d->WriteEventually("/kept.txt", "kept").ok());
   REQUIRE(loop->Grow("480M").ok());
   grpc::Status rpc;
   const auto first = Resize(*d, &rpc);
@@ -240,13 +227,13 @@ TEST_CASE("volume 6. grow the device, resize online: bigger, data intact; again 
   REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
   CHECK_FALSE(second.resized());
   CHECK(second.new_size_bytes() == first.new_size_bytes());
-  CHECK(*ReadEventually(*d, "/kept.txt") == "kept");
+  CHECK(*d->ReadEventually("/kept.txt") == "kept");
 }
 
 TEST_CASE("volume 6b. ext4 grows online with CAP_SYS_RESOURCE, or says clearly that it needs it") {
   auto loop = MakeLoop("ext4", "64M");
   auto d = StartOn(*loop, "ext4");
-  REQUIRE(WriteEventually(*d, "/kept.txt", "kept").ok());
+  REQUIRE(d->WriteEventually("/kept.txt", "kept").ok());
   REQUIRE(loop->Grow("128M").ok());
   grpc::Status rpc;
   const auto response = Resize(*d, &rpc);
@@ -258,7 +245,7 @@ TEST_CASE("volume 6b. ext4 grows online with CAP_SYS_RESOURCE, or says clearly t
     CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     CHECK(rpc.error_message().find("CAP_SYS_RESOURCE") != std::string::npos);
   }
-  CHECK(*ReadEventually(*d, "/kept.txt") == "kept");
+  CHECK(*d->ReadEventually("/kept.txt") == "kept");
   CHECK(d->Status()->state() == v1::SERVING);
 }
 
@@ -268,11 +255,15 @@ TEST_CASE("volume 7. bad devices are refused with a clear error and exit code 5"
   const std::string dir = tmpl;
   auto daemon = [&](const std::string& device, std::vector<std::string> extra) {
     std::vector<std::string> argv = {
-        ShareManagerBinary(), "daemon", "--volume", "pvc-bad", "--export-dir", dir + "/export",
-        "--state-dir", dir + "/state", "--nfs-address", "127.0.0.1", "--nfs-port",
-        std::to_string(supervisor::FreeLoopbackPort()), "--listen",
-        "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort()), "--device", device,
-        "--failed-linger", "0s"};
+        ShareManagerBinary(), "daemon",
+        "--volume",           "pvc-bad",
+        "--export-dir",       dir + "/export",
+        "--state-dir",        dir + "/state",
+        "--nfs-address",      "127.0.0.1",
+        "--nfs-port",         std::to_string(supervisor::FreeLoopbackPort()),
+        "--listen",           "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort()),
+        "--device",           device,
+        "--failed-linger",    "0s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunCommand(argv, milliseconds(30'000));
   };
@@ -310,13 +301,13 @@ TEST_CASE("volume 7b. a blank device with --format-if-blank is formatted and ser
   auto loop = MakeLoop("");
   auto d = StartOn(*loop, "ext4", {"--format-if-blank", "--mkfs-option=-Lshare"});
   CHECK(d->output().find("is blank: formatting as ext4") != std::string::npos);
-  CHECK(WriteEventually(*d, "/fresh.txt", "fresh").ok());
+  CHECK(d->WriteEventually("/fresh.txt", "fresh").ok());
 }
 
 TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected unmounts cleanly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
-  REQUIRE(WriteEventually(*d, "/round.txt", "trip").ok());
+  REQUIRE(d->WriteEventually("/round.txt", "trip").ok());
   auto stub = d->Stub();
   {
     grpc::ClientContext ctx;
@@ -332,7 +323,7 @@ TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected 
     REQUIRE(stub->Mount(&ctx, v1::MountRequest(), &resp).ok());
   }
   REQUIRE(d->WaitServing().ok());
-  CHECK(*ReadEventually(*d, "/round.txt") == "trip");
+  CHECK(*d->ReadEventually("/round.txt") == "trip");
 
   auto client = testing_support::NfsClient::Connect("127.0.0.1", d->nfs_port(), d->pseudo_path());
   REQUIRE(client.ok());  // stays connected through the stop
@@ -370,11 +361,29 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
     REQUIRE(mkdtemp(state) != nullptr);
     const uint16_t nfs_port = supervisor::FreeLoopbackPort();
     const std::string addr = "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort());
-    auto child = supervisor::ChildProcess::Spawn(
-        {ShareManagerBinary(), "--debug", "daemon", "--volume", volume, "--data-engine", "v1",
-         "--fs", "ext4", "--mount", "noatime", "--state-dir", state, "--nfs-address", "127.0.0.1",
-         "--nfs-port", std::to_string(nfs_port), "--listen", addr, "--grace-period", "2",
-         "--lease-lifetime", "2"});
+    auto child = supervisor::ChildProcess::Spawn({ShareManagerBinary(),
+                                                  "--debug",
+                                                  "daemon",
+                                                  "--volume",
+                                                  volume,
+                                                  "--data-engine",
+                                                  "v1",
+                                                  "--fs",
+                                                  "ext4",
+                                                  "--mount",
+                                                  "noatime",
+                                                  "--state-dir",
+                                                  state,
+                                                  "--nfs-address",
+                                                  "127.0.0.1",
+                                                  "--nfs-port",
+                                                  std::to_string(nfs_port),
+                                                  "--listen",
+                                                  addr,
+                                                  "--grace-period",
+                                                  "2",
+                                                  "--lease-lifetime",
+                                                  "2"});
     REQUIRE(child.ok());
     auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
     auto status_stub = v1::ShareManager::NewStub(channel);
@@ -403,7 +412,8 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
     CHECK(call(&ShareManagerService::Stub::FilesystemTrim, trim).ok());
     CHECK(call(&ShareManagerService::Stub::Unmount, google::protobuf::Empty()).ok());
     CHECK(call(&ShareManagerService::Stub::Mount, google::protobuf::Empty()).ok());
-    const auto resize = call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
+    const auto resize =
+        call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
     // Without CAP_SYS_RESOURCE ext4 cannot grow online; either way the answer is a clear one.
     CHECK((resize.ok() || resize.error_code() == grpc::StatusCode::FAILED_PRECONDITION));
     CHECK(testing_support::WriteOnce("127.0.0.1", nfs_port, "/" + volume, "/lh.txt", "lh").ok());

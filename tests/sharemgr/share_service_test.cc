@@ -24,11 +24,12 @@ struct FakeLoop {
 TEST_CASE("mutations carrying another epoch are refused; 0 is unchecked") {
   StatusBoard board;
   FakeLoop loop;
-  ShareService service(board,
-                       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
-                                     .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
-                                     .unmount = [] { return absl::OkStatus(); }},
-                       3);
+  ShareService service(
+      board,
+      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
+                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
+                    .unmount = [] { return absl::OkStatus(); }},
+      3);
   grpc::ServerContext context;
   v1::MountRequest request;
   v1::MountResponse response;

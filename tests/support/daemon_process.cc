@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/support/nfs_client.h"
 #include "supervisor/loopback_port.h"
 
 namespace testing_support {
@@ -23,7 +24,6 @@ bool WaitReadable(int fd, milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};
   return poll(&p, 1, static_cast<int>(timeout.count())) > 0;
 }
-
 
 }  // namespace
 
@@ -163,6 +163,30 @@ absl::StatusOr<bool> DaemonProcess::HealthServing(const std::string& service,
     return absl::Status(static_cast<absl::StatusCode>(rpc.error_code()), rpc.error_message());
   }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+absl::Status DaemonProcess::WriteEventually(const std::string& path, const std::string& data,
+                                            milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  absl::Status last;
+  do {
+    last = WriteOnce("127.0.0.1", nfs_port_, pseudo_path(), path, data, milliseconds(2000));
+    if (last.ok()) return last;
+    std::this_thread::sleep_for(milliseconds(50));
+  } while (Clock::now() < deadline);
+  return last;
+}
+
+absl::StatusOr<std::string> DaemonProcess::ReadEventually(const std::string& path,
+                                                          milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  absl::StatusOr<std::string> last;
+  do {
+    last = ReadOnce("127.0.0.1", nfs_port_, pseudo_path(), path, milliseconds(2000));
+    if (last.ok()) return last;
+    std::this_thread::sleep_for(milliseconds(50));
+  } while (Clock::now() < deadline);
+  return last;
 }
 
 void DaemonProcess::Signal(int sig) const {

@@ -69,6 +69,12 @@ class DaemonProcess {
   absl::StatusOr<bool> HealthServing(const std::string& service,
                                      milliseconds timeout = milliseconds(2000)) const;
 
+  // Through NFS, retrying while ganesha is (re)starting, repairing or in grace.
+  absl::Status WriteEventually(const std::string& path, const std::string& data,
+                               milliseconds timeout = milliseconds(20'000)) const;
+  absl::StatusOr<std::string> ReadEventually(const std::string& path,
+                                             milliseconds timeout = milliseconds(20'000)) const;
+
   void Signal(int sig) const;
   // Waits for the daemon to exit: its exit code, or 128+signal.
   absl::StatusOr<int> WaitExit(milliseconds timeout);

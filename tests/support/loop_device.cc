@@ -15,8 +15,8 @@ namespace testing_support {
 absl::Status Run(const std::vector<std::string>& argv) {
   const auto result = supervisor::RunProgram(argv, std::chrono::seconds(60));
   if (result.exit_code != 0) {
-    return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), " exited ",
-                                            result.exit_code, ": ", result.output));
+    return absl::InternalError(
+        absl::StrCat(absl::StrJoin(argv, " "), " exited ", result.exit_code, ": ", result.output));
   }
   return absl::OkStatus();
 }
