@@ -166,6 +166,19 @@ int RunDaemon(const DaemonConfig& config) {
           .resize = volume ? std::function<absl::StatusOr<ResizeResult>()>(
                                  [&] { return volume->Resize(); })
                            : nullptr,
+          .release_volume = volume ? std::function<absl::Status()>([&] {
+            monitor->SetReleased(true);
+            return volume->Unmount(std::chrono::seconds(10));
+          })
+                                   : nullptr,
+          .attach_volume = volume ? std::function<absl::Status()>([&] {
+            if (!volume->ReadMountState().mounted) {
+              if (auto status = volume->Mount(); !status.ok()) return status;
+            }
+            monitor->SetReleased(false);
+            return absl::OkStatus();
+          })
+                                  : nullptr,
       },
       config.epoch);
   grpc::EnableDefaultHealthCheckService(true);

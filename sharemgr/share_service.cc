@@ -79,6 +79,10 @@ grpc::Status ShareService::Mount(grpc::ServerContext* context,
                                  const sharemanager::v1::MountRequest* request,
                                  sharemanager::v1::MountResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  if (auto attached = RunVolumeStep(context, commands_.attach_volume, "mount the volume");
+      !attached.ok()) {
+    return ToGrpcStatus(attached);
+  }
   const uint64_t generation = request->generation();
   const auto handled =
       RunOnLoop(context, [mount = commands_.mount, generation] { return mount(generation); });
@@ -97,6 +101,10 @@ grpc::Status ShareService::Unmount(grpc::ServerContext* context,
     return 0;
   });
   if (!done.ok()) return ToGrpcStatus(done.status());
+  if (auto released = RunVolumeStep(context, commands_.release_volume, "unmount the volume");
+      !released.ok()) {
+    return ToGrpcStatus(released);
+  }
   *response->mutable_status() = Current();
   return grpc::Status::OK;
 }
@@ -147,8 +155,9 @@ absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
   auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
   auto result = promise->get_future();
   std::thread([promise, op = std::move(op), busy = fs_op_busy_] {
-    promise->set_value(op());
-    busy->store(false);
+    auto outcome = op();
+    busy->store(false);  // before the caller sees the outcome and may start another
+    promise->set_value(std::move(outcome));
   }).detach();
   const auto deadline = std::min(context->deadline(), SystemClock::now() + std::chrono::hours(1));
   if (result.wait_until(deadline) != std::future_status::ready) {
@@ -157,6 +166,20 @@ absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
         " still running at the deadline; it goes on, and new requests are refused until it ends"));
   }
   return result.get();
+}
+
+absl::Status ShareService::RunVolumeStep(grpc::ServerContext* context,
+                                         const std::function<absl::Status()>& step,
+                                         const char* what) {
+  if (!step) return absl::OkStatus();  // a directory share has no volume to (un)mount
+  return RunExclusive<uint64_t>(
+             context,
+             [step]() -> absl::StatusOr<uint64_t> {
+               if (auto status = step(); !status.ok()) return status;
+               return 0;
+             },
+             what)
+      .status();
 }
 
 grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,

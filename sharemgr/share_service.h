@@ -29,6 +29,10 @@ struct ShareCommands {
   // Empty when the share has no block device (the RPCs answer UNIMPLEMENTED).
   std::function<absl::StatusOr<uint64_t>()> trim;
   std::function<absl::StatusOr<ResizeResult>()> resize;
+  // Block-device shares: Unmount also unmounts the volume once it is
+  // unexported; Mount mounts it again before re-exporting.
+  std::function<absl::Status()> release_volume;
+  std::function<absl::Status()> attach_volume;
 };
 
 class ShareService final : public sharemanager::v1::ShareManager::Service {
@@ -63,6 +67,9 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   void Decorate(sharemanager::v1::ShareStatus& status) const;
   // Runs a filesystem operation on its own thread; refuses (ABORTED) while
   // another one runs, and waits for it until the caller's deadline.
+  // A volume (un)mount step of Mount/Unmount, run like a filesystem operation.
+  absl::Status RunVolumeStep(grpc::ServerContext* context, const std::function<absl::Status()>& step,
+                             const char* what);
   template <typename T>
   absl::StatusOr<T> RunExclusive(grpc::ServerContext* context,
                                  std::function<absl::StatusOr<T>()> op, const char* what);

@@ -31,6 +31,8 @@ const char* Name(VolumeCondition c) {
       return "not mounted";
     case VolumeCondition::kStuck:
       return "I/O stuck";
+    case VolumeCondition::kReleased:
+      return "unmounted by Unmount";
   }
   return "unknown";
 }
@@ -102,7 +104,10 @@ void VolumeMonitor::Check() {
       [this] {
         Health h;
         h.mount = volume_.ReadMountState();
-        if (!h.mount.mounted) {
+        if (!h.mount.mounted && released_) {
+          h.condition = VolumeCondition::kReleased;
+          h.detail = absl::StrCat(volume_.config().target, " unmounted on request");
+        } else if (!h.mount.mounted) {
           h.condition = VolumeCondition::kUnmounted;
           h.detail = absl::StrCat(volume_.config().target, " is not mounted");
         } else if (h.mount.fs_error) {
@@ -137,15 +142,21 @@ void VolumeMonitor::OnHealth(Health health) {
     if (health.condition == VolumeCondition::kHealthy) {
       spdlog::info("volume {} healthy again", volume_.config().device);
     } else {
-      spdlog::error("volume {}: {}", volume_.config().device, health.detail);
+      const auto level = health.condition == VolumeCondition::kReleased ? spdlog::level::info
+                                                                         : spdlog::level::err;
+      spdlog::log(level, "volume {}: {}", volume_.config().device, health.detail);
     }
   }
   size_bytes_ = health.size_bytes;
   free_bytes_ = health.free_bytes;
   health_ = std::move(health);
   if (changed) hooks_.changed();
-  if (health_.condition != VolumeCondition::kHealthy &&
-      health_.condition != VolumeCondition::kStuck && !repairing_) {
+  // A stuck probe cannot be repaired from here (an unmount would hang too), and
+  // a volume released by Unmount is not broken.
+  const bool repairable = health_.condition != VolumeCondition::kHealthy &&
+                          health_.condition != VolumeCondition::kStuck &&
+                          health_.condition != VolumeCondition::kReleased;
+  if (repairable && !repairing_) {
     repairing_ = true;
     attempts_ = 0;
     Repair();

@@ -23,7 +23,7 @@
 
 namespace sharemgr {
 
-enum class VolumeCondition { kHealthy, kReadOnly, kFsError, kUnmounted, kStuck };
+enum class VolumeCondition { kHealthy, kReadOnly, kFsError, kUnmounted, kStuck, kReleased };
 
 struct VolumeHooks {
   // Readiness inputs changed (re-evaluate and publish).
@@ -58,6 +58,9 @@ class VolumeMonitor {
   void Fill(sharemanager::v1::ShareStatus& status) const;
   // Checks now (e.g. after a Mount request).
   void CheckNow() { Check(); }
+  // Unmount asked for the volume to be unmounted: its absence is then no
+  // failure to repair. Any thread.
+  void SetReleased(bool released) { released_ = released; }
 
  private:
   struct Health {
@@ -79,6 +82,7 @@ class VolumeMonitor {
   Health health_;
   Health probed_;  // written by the probe task, read in its done callback
   bool repairing_ = false;
+  std::atomic<bool> released_{false};
   // A check was asked for while a probe ran: probe again when it returns, so
   // the newest state (e.g. right after a repair) is seen at once.
   bool recheck_ = false;

@@ -317,12 +317,16 @@ TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected 
   REQUIRE(d->WaitFor([](const auto& s) { return s.state() == v1::DEGRADED; }, milliseconds(5000),
                      "DEGRADED")
               .ok());
+  CHECK(MountSourceOf(d->export_dir()).empty());  // unexported, then unmounted
+  std::this_thread::sleep_for(milliseconds(500));   // probes see it gone: no repair
+  CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
   {
     grpc::ClientContext ctx;
     v1::MountResponse resp;
     REQUIRE(stub->Mount(&ctx, v1::MountRequest(), &resp).ok());
   }
   REQUIRE(d->WaitServing().ok());
+  CHECK(MountSourceOf(d->export_dir()) == loop->path());
   CHECK(*d->ReadEventually("/round.txt") == "trip");
 
   auto client = testing_support::NfsClient::Connect("127.0.0.1", d->nfs_port(), d->pseudo_path());
@@ -416,7 +420,13 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
         call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
     // Without CAP_SYS_RESOURCE ext4 cannot grow online; either way the answer is a clear one.
     CHECK((resize.ok() || resize.error_code() == grpc::StatusCode::FAILED_PRECONDITION));
-    CHECK(testing_support::WriteOnce("127.0.0.1", nfs_port, "/" + volume, "/lh.txt", "lh").ok());
+    absl::Status wrote;
+    for (auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until;) {
+      wrote = testing_support::WriteOnce("127.0.0.1", nfs_port, "/" + volume, "/lh.txt", "lh");
+      if (wrote.ok()) break;
+      std::this_thread::sleep_for(milliseconds(50));  // re-export after Mount takes a moment
+    }
+    CHECK_MESSAGE(wrote.ok(), wrote.ToString());
 
     child->SignalGroup(SIGTERM);
     pollfd p{child->pidfd(), POLLIN, 0};
