@@ -2,6 +2,7 @@
 // share-manager daemons (and so real ganesha), a libnfs client keeps writing
 // new files, and the share-manager is made to give up or is frozen.
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -248,6 +250,45 @@ TEST_CASE("StatusWatch reports each status, then 'unreachable' when the share-ma
       [](const auto& e) { return e.status && e.status->state() == sharemanager::v1::SERVING; }));
   (*d)->Signal(SIGTERM);  // the stream ends with the server
   CHECK(saw([](const auto& e) { return !e.status.has_value() && !e.error.empty(); }));
+}
+
+}  // namespace controller
+
+namespace controller {
+
+TEST_CASE("share-controller runs a share with real processes and prints its phases") {
+  char tmpl[] = "/tmp/sharemgr-ctl-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string binary =
+      std::filesystem::path(testing_support::ShareManagerBinary()).parent_path().parent_path() /
+      "controller" / "share-controller";
+  auto child = supervisor::ChildProcess::Spawn(
+      {binary, "--work-dir", dir, "--share", "vol-cli", "--store-file", dir + "/store.jsonl",
+       "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2", "--resync", "200ms"});
+  REQUIRE(child.ok());
+  std::string output;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  char buf[4096];
+  while (Clock::now() < deadline && output.find("vol-cli RUNNING epoch=1") == std::string::npos) {
+    pollfd p{child->output_fd(), POLLIN, 0};
+    poll(&p, 1, 200);
+    ssize_t n;
+    while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0)
+      output.append(buf, static_cast<size_t>(n));
+  }
+  CHECK_MESSAGE(output.find("vol-cli RUNNING epoch=1") != std::string::npos, output);
+  CHECK(output.find("vol-cli PENDING") != std::string::npos);
+  child->SignalGroup(SIGTERM);
+  pollfd p{child->pidfd(), POLLIN, 0};
+  REQUIRE(poll(&p, 1, 15'000) == 1);
+  CHECK(child->Reap()->ShellCode() == 0);
+  // The record survived in the store file for a restart.
+  std::ifstream store(dir + "/store.jsonl");
+  std::string line;
+  std::getline(store, line);
+  CHECK(line.find("\"name\":\"vol-cli\"") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace controller
