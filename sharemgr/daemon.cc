@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -67,6 +68,34 @@ void FillSupervisorStatus(const supervisor::SupervisorStatus& s, v1::ShareStatus
     exit->set_description(s.last_exit_description);
   }
 }
+
+// The supervisor's probe (on its worker thread), remembering what the export
+// LOOKUP said for readiness (read on the loop thread).
+class ExportProbe {
+ public:
+  ExportProbe(std::string host, uint16_t port, std::string component)
+      : host_(std::move(host)), port_(port), component_(std::move(component)) {}
+
+  absl::Status Probe(supervisor::Duration timeout) {
+    if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
+    auto lookup = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
+    if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound) return lookup;  // a miss
+    std::lock_guard lock(mu_);
+    last_ = lookup;
+    return absl::OkStatus();
+  }
+  absl::Status last() const {
+    std::lock_guard lock(mu_);
+    return last_;
+  }
+
+ private:
+  const std::string host_;
+  const uint16_t port_;
+  const std::string component_;
+  mutable std::mutex mu_;
+  absl::Status last_;
+};
 
 // Stops the gRPC server off the loop thread: Shutdown blocks while RPCs drain.
 class ServerStopper {
@@ -227,13 +256,15 @@ int RunDaemon(const DaemonConfig& config) {
     board.Update([&](v1::ShareStatus& s) { s.set_reason("starting ganesha"); });
   }
 
-  const std::string probe_host = config.probe_host;
-  const auto nfs_port = static_cast<uint16_t>(config.ganesha.input().nfs_port);
+  // The probe: NULL proves ganesha answers (its misses mean "hung"); a LOOKUP
+  // of the pseudo path proves the export loaded, which only readiness needs.
+  ExportProbe export_probe(config.probe_host,
+                           static_cast<uint16_t>(config.ganesha.input().nfs_port),
+                           config.ganesha.input().volume);
+  share.SetExportCheck([&export_probe] { return export_probe.last(); });
   sup.emplace(
       loop, config.supervisor,
-      [probe_host, nfs_port](supervisor::Duration timeout) {
-        return supervisor::ProbeNfsNull(probe_host, nfs_port, timeout);
-      },
+      [&export_probe](supervisor::Duration timeout) { return export_probe.Probe(timeout); },
       [&share] { return share.CheckReady(); }, clock);
   bool volume_failed = false;
   if (volume) {

@@ -80,7 +80,16 @@ void Share::CountRemount() {
 
 absl::Status Share::CheckReady() {
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
-  if (volume_ready_) return volume_ready_();
+  if (volume_ready_) {
+    if (auto status = volume_ready_(); !status.ok()) return status;
+  } else if (auto status = CheckExportDirectory(); !status.ok()) {
+    return status;
+  }
+  if (export_check_) return export_check_();
+  return absl::OkStatus();
+}
+
+absl::Status Share::CheckExportDirectory() {
   struct stat st {};
   const std::string& dir = config_.input().export_dir;
   struct statvfs vfs {};

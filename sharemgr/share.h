@@ -29,6 +29,11 @@ class Share {
   void SetVolumeReady(std::function<absl::Status()> volume_ready) {
     volume_ready_ = std::move(volume_ready);
   }
+  // What ganesha itself says of the export (the last NFS LOOKUP of the pseudo
+  // path): NULL answers even when an export failed to load.
+  void SetExportCheck(std::function<absl::Status()> export_check) {
+    export_check_ = std::move(export_check);
+  }
   // The volume is taken away from ganesha during a repair, and given back.
   void SetVolumeAvailable(bool available);
   // A repair of the volume counts as one remount generation.
@@ -43,10 +48,14 @@ class Share {
   void Fill(sharemanager::v1::ShareStatus& status) const;
 
  private:
+  // Directory shares: present, a directory, not on a read-only mount.
+  absl::Status CheckExportDirectory();
+
   GaneshaConfig config_;
   std::string config_path_;
   std::function<void()> reload_;
   std::function<absl::Status()> volume_ready_;
+  std::function<absl::Status()> export_check_;
   bool exported_ = true;
   bool volume_available_ = true;
   bool read_only_ = false;

@@ -68,8 +68,8 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   // Runs a filesystem operation on its own thread; refuses (ABORTED) while
   // another one runs, and waits for it until the caller's deadline.
   // A volume (un)mount step of Mount/Unmount, run like a filesystem operation.
-  absl::Status RunVolumeStep(grpc::ServerContext* context, const std::function<absl::Status()>& step,
-                             const char* what);
+  absl::Status RunVolumeStep(grpc::ServerContext* context,
+                             const std::function<absl::Status()>& step, const char* what);
   template <typename T>
   absl::StatusOr<T> RunExclusive(grpc::ServerContext* context,
                                  std::function<absl::StatusOr<T>()> op, const char* what);

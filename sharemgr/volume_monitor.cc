@@ -142,8 +142,8 @@ void VolumeMonitor::OnHealth(Health health) {
     if (health.condition == VolumeCondition::kHealthy) {
       spdlog::info("volume {} healthy again", volume_.config().device);
     } else {
-      const auto level = health.condition == VolumeCondition::kReleased ? spdlog::level::info
-                                                                         : spdlog::level::err;
+      const auto level =
+          health.condition == VolumeCondition::kReleased ? spdlog::level::info : spdlog::level::err;
       spdlog::log(level, "volume {}: {}", volume_.config().device, health.detail);
     }
   }

@@ -24,15 +24,49 @@ constexpr uint32_t kRpcVersion = 2;
 constexpr uint32_t kMsgAccepted = 0;
 constexpr uint32_t kAcceptSuccess = 0;
 constexpr uint32_t kAuthNone = 0;
+constexpr uint32_t kAuthSys = 1;
 constexpr uint32_t kNullProcedure = 0;
-// A NULL reply is 24 bytes; anything much larger is not a NULL reply.
-constexpr uint32_t kMaxReply = 400;
+constexpr uint32_t kCompoundProcedure = 1;
+constexpr uint32_t kOpPutRootFh = 24;
+constexpr uint32_t kOpLookup = 15;
+constexpr uint32_t kNfs4ErrNoent = 2;
+// A NULL reply is 24 bytes and our COMPOUND's a few dozen; anything much
+// larger is not an answer to our call.
+constexpr uint32_t kMaxReply = 1024;
 
 void PutU32(std::vector<uint8_t>& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v >> 24));
   out.push_back(static_cast<uint8_t>(v >> 16));
   out.push_back(static_cast<uint8_t>(v >> 8));
   out.push_back(static_cast<uint8_t>(v));
+}
+
+void PutOpaque(std::vector<uint8_t>& out, const std::string& bytes) {
+  PutU32(out, static_cast<uint32_t>(bytes.size()));
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  while (out.size() % 4 != 0) out.push_back(0);
+}
+
+// The record-marked call: RPC header, then `credential` (flavor + body) and an
+// AUTH_NONE verifier, then `args`.
+std::vector<uint8_t> EncodeCall(uint32_t xid, uint32_t program, uint32_t version,
+                                uint32_t procedure, const std::vector<uint8_t>& credential,
+                                const std::vector<uint8_t>& args) {
+  std::vector<uint8_t> body;
+  PutU32(body, xid);
+  PutU32(body, kCall);
+  PutU32(body, kRpcVersion);
+  PutU32(body, program);
+  PutU32(body, version);
+  PutU32(body, procedure);
+  body.insert(body.end(), credential.begin(), credential.end());
+  PutU32(body, kAuthNone);  // verifier: flavor, empty body
+  PutU32(body, 0);
+  body.insert(body.end(), args.begin(), args.end());
+  std::vector<uint8_t> record;
+  PutU32(record, kLastFragment | static_cast<uint32_t>(body.size()));
+  record.insert(record.end(), body.begin(), body.end());
+  return record;
 }
 
 class XdrReader {
@@ -45,6 +79,7 @@ class XdrReader {
     pos_ += 4;
     return true;
   }
+  size_t pos() const { return pos_; }
   bool Skip(size_t n) {
     const size_t padded = (n + 3) & ~size_t{3};
     if (data_.size() - pos_ < padded) return false;
@@ -128,32 +163,46 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, uint16_t port, TimePoi
 }  // namespace
 
 std::vector<uint8_t> EncodeNullCall(uint32_t xid, uint32_t program, uint32_t version) {
-  std::vector<uint8_t> body;
-  PutU32(body, xid);
-  PutU32(body, kCall);
-  PutU32(body, kRpcVersion);
-  PutU32(body, program);
-  PutU32(body, version);
-  PutU32(body, kNullProcedure);
-  PutU32(body, kAuthNone);  // credential: flavor, empty body
-  PutU32(body, 0);
-  PutU32(body, kAuthNone);  // verifier: flavor, empty body
-  PutU32(body, 0);
-  std::vector<uint8_t> record;
-  PutU32(record, kLastFragment | static_cast<uint32_t>(body.size()));
-  record.insert(record.end(), body.begin(), body.end());
-  return record;
+  std::vector<uint8_t> none;
+  PutU32(none, kAuthNone);
+  PutU32(none, 0);
+  return EncodeCall(xid, program, version, kNullProcedure, none, {});
 }
 
-absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid) {
-  XdrReader r(record);
+std::vector<uint8_t> EncodeLookupCall(uint32_t xid, const std::string& component) {
+  // authsys_parms: stamp, machine name, uid 0, gid 0, no extra groups.
+  std::vector<uint8_t> parms;
+  PutU32(parms, 0);
+  PutOpaque(parms, "share-manager");
+  PutU32(parms, 0);
+  PutU32(parms, 0);
+  PutU32(parms, 0);
+  std::vector<uint8_t> sys;
+  PutU32(sys, kAuthSys);
+  PutU32(sys, static_cast<uint32_t>(parms.size()));
+  sys.insert(sys.end(), parms.begin(), parms.end());
+  std::vector<uint8_t> args;
+  PutOpaque(args, "");  // tag
+  PutU32(args, 0);      // minorversion
+  PutU32(args, 2);      // two operations
+  PutU32(args, kOpPutRootFh);
+  PutU32(args, kOpLookup);
+  PutOpaque(args, component);
+  return EncodeCall(xid, kNfsProgram, kNfsVersion4, kCompoundProcedure, sys, args);
+}
+
+namespace {
+
+// Checks the reply header for xid (accepted, SUCCESS); the reader is left at the results.
+absl::Status ParseReplyHeader(XdrReader& r, uint32_t xid) {
   uint32_t got_xid = 0, type = 0, reply_stat = 0, verf_flavor = 0, verf_len = 0, accept = 0;
   if (!r.U32(got_xid) || !r.U32(type) || !r.U32(reply_stat)) {
     return absl::DataLossError("truncated RPC reply header");
   }
   if (got_xid != xid) return absl::DataLossError(absl::StrCat("reply xid ", got_xid, " != ", xid));
-  if (type != kReply)
+  if (type != kReply) {
     return absl::DataLossError(absl::StrCat("message type ", type, " is not a reply"));
+  }
   if (reply_stat != kMsgAccepted) return absl::PermissionDeniedError("RPC call denied");
   if (!r.U32(verf_flavor) || !r.U32(verf_len) || !r.Skip(verf_len) || !r.U32(accept)) {
     return absl::DataLossError("truncated accepted reply");
@@ -164,16 +213,35 @@ absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid) {
   return absl::OkStatus();
 }
 
-absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout) {
-  static std::atomic<uint32_t> next_xid{static_cast<uint32_t>(getpid()) << 16};
+// Connects, sends one record-marked call and reads one reply record, all within the timeout.
+absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t port,
+                                              const std::vector<uint8_t>& call, Duration timeout);
+
+}  // namespace
+
+absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid) {
+  XdrReader r(record);
+  return ParseReplyHeader(r, xid);
+}
+
+absl::StatusOr<uint32_t> ParseCompoundStatus(std::span<const uint8_t> record, uint32_t xid) {
+  XdrReader r(record);
+  if (auto s = ParseReplyHeader(r, xid); !s.ok()) return s;
+  uint32_t status = 0;
+  if (!r.U32(status)) return absl::DataLossError("truncated COMPOUND reply");
+  return status;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t port,
+                                              const std::vector<uint8_t>& call, Duration timeout) {
   const TimePoint deadline = Clock::now() + timeout;
   auto fd = Connect(host, port, deadline);
   if (!fd.ok()) return fd.status();
-  const uint32_t xid = next_xid.fetch_add(1);
-  const auto call = EncodeNullCall(xid);
   size_t sent = 0;
   while (sent < call.size()) {
-    if (auto s = WaitFor(fd->get(), POLLOUT, deadline, "sending NULL"); !s.ok()) return s;
+    if (auto s = WaitFor(fd->get(), POLLOUT, deadline, "sending the call"); !s.ok()) return s;
     const ssize_t n = send(fd->get(), call.data() + sent, call.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
@@ -189,7 +257,37 @@ absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeo
   if (len > kMaxReply) return absl::DataLossError(absl::StrCat("reply of ", len, " bytes"));
   std::vector<uint8_t> reply(len);
   if (auto s = ReadExactly(fd->get(), reply.data(), len, deadline); !s.ok()) return s;
-  return ParseNullReply(reply, xid);
+  return reply;
+}
+
+uint32_t NextXid() {
+  static std::atomic<uint32_t> next_xid{static_cast<uint32_t>(getpid()) << 16};
+  return next_xid.fetch_add(1);
+}
+
+}  // namespace
+
+absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout) {
+  const uint32_t xid = NextXid();
+  auto reply = Exchange(host, port, EncodeNullCall(xid), timeout);
+  if (!reply.ok()) return reply.status();
+  return ParseNullReply(*reply, xid);
+}
+
+absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::string& component,
+                            Duration timeout) {
+  const uint32_t xid = NextXid();
+  auto reply = Exchange(host, port, EncodeLookupCall(xid, component), timeout);
+  if (!reply.ok()) return reply.status();
+  auto status = ParseCompoundStatus(*reply, xid);
+  if (!status.ok()) return status.status();
+  if (*status == 0) return absl::OkStatus();
+  if (*status == kNfs4ErrNoent) {
+    return absl::NotFoundError(
+        absl::StrCat("ganesha does not export /", component, " (see its log for why)"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("LOOKUP of /", component, " failed with nfsstat4 ", *status));
 }
 
 }  // namespace supervisor

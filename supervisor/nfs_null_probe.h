@@ -29,4 +29,14 @@ absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid);
 // reply, all within `timeout`. Never blocks longer than that.
 absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout);
 
+// NULL also answers with no export loaded (ganesha keeps running when an
+// export fails to load), so readiness asks for the export itself: an NFSv4
+// COMPOUND { PUTROOTFH, LOOKUP component } as root (AUTH_SYS).
+std::vector<uint8_t> EncodeLookupCall(uint32_t xid, const std::string& component);
+// The COMPOUND's nfsstat4 (0 = NFS4_OK, 2 = NFS4ERR_NOENT, ...).
+absl::StatusOr<uint32_t> ParseCompoundStatus(std::span<const uint8_t> record, uint32_t xid);
+// Ok when /component is exported; NotFound when ganesha does not export it.
+absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::string& component,
+                            Duration timeout);
+
 }  // namespace supervisor

@@ -37,8 +37,6 @@ std::string ReadLocal(const std::string& path) {
   return s.str();
 }
 
-
-
 bool WaitGone(pid_t pid, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
@@ -380,4 +378,23 @@ TEST_CASE("health Watch and the watch command push changes; a unix socket serves
   CHECK(watch.output.find(" STOPPING ") != std::string::npos);
   CHECK(*d->WaitExit(milliseconds(10'000)) == 0);
   CHECK_FALSE(std::filesystem::exists(socket));  // removed on the way out
+}
+
+TEST_CASE(
+    "an export ganesha cannot load keeps the share from SERVING, though ganesha answers NULL") {
+  // ganesha's VFS cannot export sysfs (no file handles): it starts, answers
+  // NULL, and serves nothing. Only the LOOKUP of the pseudo path tells.
+  auto d =
+      StartDaemon({.extra_flags = {"--export-dir", "/sys/kernel/mm"}, .wait_until_serving = false});
+  const auto degraded = d->WaitFor(
+      [](const v1::ShareStatus& s) {
+        return s.state() == v1::DEGRADED && s.reason().find("does not export") != std::string::npos;
+      },
+      milliseconds(10'000), "DEGRADED because the export is missing");
+  REQUIRE_MESSAGE(degraded.ok(), degraded.status().ToString());
+  CHECK(degraded->ganesha_pid() > 0);
+  CHECK_FALSE(*d->HealthServing("readiness"));
+  CHECK(*d->HealthServing("liveness"));  // a restart would not fix a bad export
+  std::this_thread::sleep_for(milliseconds(1500));
+  CHECK(d->Status()->restart_count() == 0);  // not mistaken for a hang
 }

@@ -41,8 +41,6 @@ std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string
   return std::move(*d);
 }
 
-
-
 std::string MountSourceOf(const std::string& target) {
   std::ifstream mounts("/proc/self/mounts");
   std::string source, t, rest;
@@ -317,8 +315,8 @@ TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected 
   REQUIRE(d->WaitFor([](const auto& s) { return s.state() == v1::DEGRADED; }, milliseconds(5000),
                      "DEGRADED")
               .ok());
-  CHECK(MountSourceOf(d->export_dir()).empty());  // unexported, then unmounted
-  std::this_thread::sleep_for(milliseconds(500));   // probes see it gone: no repair
+  CHECK(MountSourceOf(d->export_dir()).empty());   // unexported, then unmounted
+  std::this_thread::sleep_for(milliseconds(500));  // probes see it gone: no repair
   CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
   {
     grpc::ClientContext ctx;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "supervisor/unique_fd.h"
@@ -105,6 +106,33 @@ TEST_CASE("ParseNullReply accepts SUCCESS and explains everything else") {
   CHECK(std::string(prog_unavail.message()).find("accept_stat 1") != std::string::npos);
   CHECK(ParseNullReply(Words({7, 1}), 7).code() == absl::StatusCode::kDataLoss);
   CHECK(ParseNullReply(Words({7, 1, 0, 0, 100}), 7).code() == absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("the export LOOKUP is a COMPOUND {PUTROOTFH, LOOKUP} as root") {
+  const auto call = EncodeLookupCall(9, "pvc-1");
+  // mark, xid, CALL, rpcvers 2, NFS, v4, proc 1 (COMPOUND), AUTH_SYS
+  const auto head = Words({0, 9, 0, 2, 100003, 4, 1, 1});
+  REQUIRE(call.size() > head.size());
+  CHECK(std::equal(head.begin() + 4, head.end(), call.begin() + 4));
+  // ... ends with: 2 ops, PUTROOTFH (24), LOOKUP (15), "pvc-1" padded to 8 bytes
+  const auto tail = Words({2, 24, 15, 5});
+  const std::vector<uint8_t> name = {'p', 'v', 'c', '-', '1', 0, 0, 0};
+  std::vector<uint8_t> expected_tail = tail;
+  expected_tail.insert(expected_tail.end(), name.begin(), name.end());
+  CHECK(std::equal(expected_tail.rbegin(), expected_tail.rend(), call.rbegin()));
+  const uint32_t length =
+      (uint32_t{call[0]} << 24 | uint32_t{call[1]} << 16 | uint32_t{call[2]} << 8 | call[3]) &
+      0x7fffffff;
+  CHECK(length == call.size() - 4);
+}
+
+TEST_CASE("ParseCompoundStatus reads the nfsstat4 after an accepted reply") {
+  CHECK(*ParseCompoundStatus(Words({9, 1, 0, 0, 0, 0, 0, 0, 0}), 9) == 0);
+  CHECK(*ParseCompoundStatus(Words({9, 1, 0, 0, 0, 0, 2, 0, 1}), 9) == 2);
+  CHECK(ParseCompoundStatus(Words({9, 1, 0, 0, 0, 0}), 9).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ParseCompoundStatus(Words({8, 1, 0, 0, 0, 0, 0}), 9).status().code() ==
+        absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("ProbeNfsNull against a server that answers") {
