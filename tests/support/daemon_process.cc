@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tests/support/nfs_client.h"
 #include "supervisor/loopback_port.h"
+#include "tests/support/nfs_client.h"
 
 namespace testing_support {
 namespace {
