@@ -1,0 +1,65 @@
+// Validates container/k8s/*.yaml against the Kubernetes API schemas
+// (kubernetes-models, from npm) and checks that every grpc probe names a
+// health service share-manager publishes (read from sharemgr/health_names.h).
+// Prints "N passed, M failed" and exits non-zero on any failure.
+"use strict";
+const fs = require("fs");
+const path = require("path");
+const YAML = require("yaml");
+const v1 = require("kubernetes-models/v1");
+
+const root = path.resolve(__dirname, "../..");
+const header = fs.readFileSync(path.join(root, "sharemgr/health_names.h"), "utf8");
+const published = new Set([""]);
+for (const m of header.matchAll(/inline constexpr char \w+\[\] = "([^"]*)";/g)) published.add(m[1]);
+
+const models = { "v1/Pod": v1.Pod, "v1/Service": v1.Service };
+let passed = 0;
+let failed = 0;
+function check(name, fn) {
+  try {
+    fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e.message}`);
+  }
+}
+
+const dir = path.join(root, "container/k8s");
+for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
+  for (const doc of YAML.parseAllDocuments(fs.readFileSync(path.join(dir, file), "utf8"))) {
+    const obj = doc.toJS();
+    const key = `${obj.apiVersion}/${obj.kind}`;
+    check(`${file}: ${key} ${obj.metadata && obj.metadata.name} is a valid object`, () => {
+      const Model = models[key];
+      if (!Model) throw new Error(`no schema for ${key}`);
+      new Model(obj).validate();
+    });
+    for (const c of (obj.spec && obj.spec.containers) || []) {
+      for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
+        check(`${file}: ${c.name} ${probe} uses a published health service`, () => {
+          const p = c[probe];
+          if (!p || !p.grpc) throw new Error("no grpc probe");
+          const service = p.grpc.service || "";
+          if (!published.has(service)) {
+            throw new Error(`"${service}" is not one of ${[...published].map((s) => `"${s}"`).join(", ")}`);
+          }
+        });
+      }
+    }
+  }
+}
+// The validator itself must reject a broken object, or it proves nothing.
+check("an invalid Pod is rejected", () => {
+  let rejected = false;
+  try {
+    new v1.Pod({ metadata: { name: "x" }, spec: { containers: [{ name: 1 }] } }).validate();
+  } catch (e) {
+    rejected = true;
+  }
+  if (!rejected) throw new Error("validator accepted a container whose name is a number");
+});
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
