@@ -100,9 +100,10 @@ void VolumeMonitor::Check() {
     }
     return;
   }
+  auto probed = std::make_shared<Health>();
   probe_worker_.TryRun(
-      [this] {
-        Health h;
+      [this, probed] {
+        Health& h = *probed;
         h.mount = volume_.ReadMountState();
         if (!h.mount.mounted && released_) {
           h.condition = VolumeCondition::kReleased;
@@ -125,11 +126,10 @@ void VolumeMonitor::Check() {
           h.size_bytes = usage->first;
           h.free_bytes = usage->second;
         }
-        probed_ = std::move(h);
         return absl::OkStatus();
       },
-      [this](absl::Status) {
-        OnHealth(probed_);
+      [this, probed](absl::Status) {
+        OnHealth(std::move(*probed));
         if (std::exchange(recheck_, false)) Check();
       });
 }

@@ -80,7 +80,6 @@ class VolumeMonitor {
   supervisor::Duration probe_interval_;
   VolumeHooks hooks_;
   Health health_;
-  Health probed_;  // written by the probe task, read in its done callback
   bool repairing_ = false;
   std::atomic<bool> released_{false};
   // A check was asked for while a probe ran: probe again when it returns, so

@@ -33,6 +33,7 @@ Worker::Worker(EventLoop& loop) : state_(std::make_shared<State>()) {
       absl::Status result = task();
       lock.lock();
       state->busy = false;
+      state->cv.notify_all();  // a destructor may be waiting for this task
       if (state->quit) return;
       state->loop->Post([state, done = std::move(done), result = std::move(result)] {
         // The Worker may be gone by the time the loop runs this.
@@ -45,7 +46,10 @@ Worker::Worker(EventLoop& loop) : state_(std::make_shared<State>()) {
 Worker::~Worker() {
   bool stuck;
   {
-    std::lock_guard lock(state_->mu);
+    std::unique_lock lock(state_->mu);
+    // A task about to finish is waited for (it may use its owner's members);
+    // only one stuck longer than this is left behind.
+    state_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return !state_->busy; });
     state_->quit = true;
     stuck = state_->busy;
   }
