@@ -8,13 +8,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/series.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
@@ -30,7 +30,7 @@ namespace pb = sharemanager::controller::v1;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using bench::Series;
 
 void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
   std::cout << "\n### Reconcile passes per second (one thread, steady state)\n\n"
@@ -69,19 +69,6 @@ void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
     std::cout.flush();
   }
 }
-
-struct Series {
-  std::string name;
-  std::vector<double> values;
-  std::string Row() const {
-    if (values.empty()) return "| " + name + " | - | - |";
-    auto v = values;
-    std::sort(v.begin(), v.end());
-    const double median =
-        v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    return absl::StrFormat("| %s | %.1f ms | %.1f ms |", name, median, v.back());
-  }
-};
 
 // One LocalPodRuntime share under a real controller; records when each phase is stored.
 struct E2E {
@@ -155,9 +142,9 @@ struct E2E {
 };
 
 void EndToEnd(const std::string& kind, int runs, int64_t rpc_timeout_ms, int64_t grace_ms) {
-  Series error{kind + " -> status ERROR"};
-  Series running{kind + " -> new pod RUNNING"};
-  Series write{kind + " -> first NFS write succeeds"};
+  Series error(kind + " -> status ERROR");
+  Series running(kind + " -> new pod RUNNING");
+  Series write(kind + " -> first NFS write succeeds");
   E2E e2e(testing_support::ShareManagerBinary(), rpc_timeout_ms, grace_ms);
   for (int i = 0; i < runs; ++i) {
     const auto started = e2e.WaitPhase(Clock::time_point{}, pb::RUNNING,
@@ -184,14 +171,13 @@ void EndToEnd(const std::string& kind, int runs, int64_t rpc_timeout_ms, int64_t
         std::this_thread::sleep_for(milliseconds(2));
       }
     }
-    if (err) error.values.push_back(Ms(*err - t0));
-    if (run) running.values.push_back(Ms(*run - t0));
-    if (wrote) write.values.push_back(Ms(*wrote - t0));
+    error.Record(t0, err);
+    running.Record(t0, run);
+    write.Record(t0, wrote);
   }
   std::cout << "\n### End to end: " << kind << " share-manager (" << runs << " runs; RPC deadline "
-            << rpc_timeout_ms << " ms, unhealthy grace " << grace_ms
-            << " ms)\n\n| measure | median | max |\n|---|---|---|\n"
-            << error.Row() << "\n"
+            << rpc_timeout_ms << " ms, unhealthy grace " << grace_ms << " ms)\n\n"
+            << Series::kHeader << error.Row() << "\n"
             << running.Row() << "\n"
             << write.Row() << "\n";
   std::cout.flush();

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/peer_supervisors.h"
+#include "bench/series.h"
 #include "supervisor/nfs_null_probe.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/nfs_client.h"
@@ -26,31 +26,13 @@ namespace {
 
 namespace v1 = sharemanager::v1;
 using Clock = std::chrono::steady_clock;
+using bench::Ms;
+using bench::Series;
 using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-struct Series {
-  explicit Series(std::string n) : name(std::move(n)) {}
-  std::string name;
-  std::vector<double> values;  // ms; a missing sample (never happened) is recorded as a miss
-  int misses = 0;
-  std::string Row(const std::string& unit = "ms") const {
-    if (values.empty()) return absl::StrCat("| ", name, " | - | - | ", misses, " |");
-    auto sorted = values;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted.size() % 2
-                              ? sorted[sorted.size() / 2]
-                              : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
-    return absl::StrCat("| ", name, " | ", absl::StrFormat("%.1f %s", median, unit), " | ",
-                        absl::StrFormat("%.1f %s", sorted.back(), unit), " | ", misses, " |");
-  }
-};
-
 void PrintTable(const std::string& title, const std::vector<Series>& rows, int runs) {
-  std::cout << "\n### " << title << " (" << runs << " runs)\n\n"
-            << "| measure | median | max | runs that never got there |\n|---|---|---|---|\n";
+  std::cout << "\n### " << title << " (" << runs << " runs)\n\n" << bench::Series::kHeader;
   for (const auto& r : rows) std::cout << r.Row() << "\n";
   std::cout.flush();
 }
@@ -130,14 +112,6 @@ ProbeTimes ProbeUntilServing(uint16_t port, const std::string& pseudo, const std
   return t;
 }
 
-void Record(Series& s, Clock::time_point start, std::optional<Clock::time_point> at) {
-  if (at) {
-    s.values.push_back(Ms(*at - start));
-  } else {
-    s.misses++;
-  }
-}
-
 // A field of /proc/PID/smaps_rollup in MiB: Rss, Pss, Private_Dirty, ...
 double MemoryMiB(pid_t pid, const std::string& field) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/smaps_rollup"));
@@ -190,18 +164,19 @@ void BenchShareManager(const Options& o) {
     const size_t mark = watch.Mark();
     const auto start = Clock::now();
     kill(pid, SIGKILL);
-    Record(detected, start,
-           watch.WaitFor(
-               mark, [](const auto& s) { return s.state() != v1::SERVING; }, milliseconds(5000)));
+    detected.Record(start, watch.WaitFor(
+                               mark, [](const auto& s) { return s.state() != v1::SERVING; },
+                               milliseconds(5000)));
     const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(),
                                          absl::StrCat("/crash-", i), milliseconds(o.hang_cap_ms));
-    Record(serving, start,
-           watch.WaitFor(
-               mark,
-               [pid](const auto& s) { return s.state() == v1::SERVING && s.ganesha_pid() != pid; },
-               milliseconds(5000)));
-    Record(null_ok, start, probe.null_answered);
-    Record(write_ok, start, probe.written);
+    serving.Record(start, watch.WaitFor(
+                              mark,
+                              [pid](const auto& s) {
+                                return s.state() == v1::SERVING && s.ganesha_pid() != pid;
+                              },
+                              milliseconds(5000)));
+    null_ok.Record(start, probe.null_answered);
+    write_ok.Record(start, probe.written);
     std::this_thread::sleep_for(milliseconds(o.settle_ms));  // let client leases lapse
   }
   PrintTable("share-manager: ganesha crash (SIGKILL)", {detected, serving, null_ok, write_ok},
@@ -215,18 +190,18 @@ void BenchShareManager(const Options& o) {
     const size_t mark = watch.Mark();
     const auto start = Clock::now();
     kill(pid, SIGSTOP);
-    Record(hang_detected, start,
-           watch.WaitFor(
-               mark, [](const auto& s) { return s.state() != v1::SERVING; },
-               milliseconds(o.hang_cap_ms)));
-    Record(hang_serving, start,
-           watch.WaitFor(
-               mark,
-               [pid](const auto& s) { return s.state() == v1::SERVING && s.ganesha_pid() != pid; },
-               milliseconds(o.hang_cap_ms)));
+    hang_detected.Record(start, watch.WaitFor(
+                                    mark, [](const auto& s) { return s.state() != v1::SERVING; },
+                                    milliseconds(o.hang_cap_ms)));
+    hang_serving.Record(start, watch.WaitFor(
+                                   mark,
+                                   [pid](const auto& s) {
+                                     return s.state() == v1::SERVING && s.ganesha_pid() != pid;
+                                   },
+                                   milliseconds(o.hang_cap_ms)));
     const auto probe = ProbeUntilServing(d->nfs_port(), d->pseudo_path(), absl::StrCat("/hang-", i),
                                          milliseconds(o.hang_cap_ms));
-    Record(hang_write, start, probe.written);
+    hang_write.Record(start, probe.written);
     std::this_thread::sleep_for(milliseconds(o.settle_ms));
   }
   PrintTable(absl::StrCat("share-manager: ganesha hang (SIGSTOP), probe ", o.probe_interval, " x ",
@@ -302,8 +277,8 @@ void BenchPeer(bench::PeerKind kind, const Options& o) {
     }
     const auto probe =
         ProbeUntilServing(port, "/bench", absl::StrCat("/crash-", i), milliseconds(o.hang_cap_ms));
-    Record(null_ok, start, probe.null_answered);
-    Record(write_ok, start, probe.written);
+    null_ok.Record(start, probe.null_answered);
+    write_ok.Record(start, probe.written);
     std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
   }
   PrintTable(absl::StrCat(name, ": ganesha crash (SIGKILL)"), {null_ok, write_ok}, o.runs);
@@ -316,7 +291,7 @@ void BenchPeer(bench::PeerKind kind, const Options& o) {
     kill(pid, SIGSTOP);
     const auto probe =
         ProbeUntilServing(port, "/bench", absl::StrCat("/hang-", i), milliseconds(o.hang_cap_ms));
-    Record(hang_write, start, probe.written);
+    hang_write.Record(start, probe.written);
     kill(pid, SIGCONT);  // the peer never noticed; resume it for the next run
     std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
   }

@@ -2,13 +2,12 @@
 // remount by someone else, and an ext4 filesystem error, on a real loop
 // device under a real share-manager with its default --volume-probe-interval.
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
-#include "absl/strings/str_format.h"
+#include "bench/series.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 
@@ -18,21 +17,7 @@ namespace v1 = sharemanager::v1;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-struct Series {
-  std::string name;
-  std::vector<double> values;
-  int misses = 0;
-  std::string Row() const {
-    if (values.empty()) return absl::StrFormat("| %s | - | - | %d |", name, misses);
-    auto v = values;
-    std::sort(v.begin(), v.end());
-    const double median =
-        v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    return absl::StrFormat("| %s | %.1f ms | %.1f ms | %d |", name, median, v.back(), misses);
-  }
-};
+using bench::Series;
 
 // Times the first DEGRADED and the SERVING with a higher generation after `fault`.
 void Measure(testing_support::DaemonProcess& d, const std::function<void()>& fault,
@@ -54,16 +39,8 @@ void Measure(testing_support::DaemonProcess& d, const std::function<void()>& fau
     }
   }
   context.TryCancel();
-  if (degraded) {
-    detected.values.push_back(Ms(*degraded - t0));
-  } else {
-    detected.misses++;
-  }
-  if (back && degraded) {
-    serving.values.push_back(Ms(*back - *degraded));
-  } else {
-    serving.misses++;
-  }
+  detected.Record(t0, degraded);
+  serving.Record(degraded.value_or(t0), degraded ? back : std::nullopt);
 }
 
 }  // namespace
@@ -85,8 +62,8 @@ int main(int argc, char** argv) {
     std::cerr << d.status() << "\n";
     return 1;
   }
-  Series ro_detected{"remount,ro by someone else -> DEGRADED (detected)"};
-  Series ro_serving{"detected -> SERVING again (remounted read-write)"};
+  Series ro_detected("remount,ro by someone else -> DEGRADED (detected)");
+  Series ro_serving("detected -> SERVING again (remounted read-write)");
   for (int i = 0; i < runs; ++i) {
     Measure(
         **d,
@@ -99,8 +76,8 @@ int main(int argc, char** argv) {
   const std::string trigger = "/sys/fs/ext4/" +
                               std::filesystem::path((*loop)->path()).filename().string() +
                               "/trigger_fs_error";
-  Series err_detected{"ext4 error -> DEGRADED (detected by the probe)"};
-  Series err_serving{"detected -> SERVING again (unexport, unmount, e2fsck, mount, re-export)"};
+  Series err_detected("ext4 error -> DEGRADED (detected by the probe)");
+  Series err_serving("detected -> SERVING again (unexport, unmount, e2fsck, mount, re-export)");
   for (int i = 0; i < runs; ++i) {
     Measure(
         **d, [&] { std::ofstream(trigger) << "bench error\n"; }, err_detected, err_serving);
@@ -108,8 +85,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "## Volume benchmark (" << runs
             << " runs each; 64 MiB ext4 loop device, --volume-probe-interval 1s)\n\n"
-            << "| measure | median | max | runs that never got there |\n|---|---|---|---|\n"
-            << ro_detected.Row() << "\n"
+            << bench::Series::kHeader << ro_detected.Row() << "\n"
             << ro_serving.Row() << "\n"
             << err_detected.Row() << "\n"
             << err_serving.Row() << "\n";

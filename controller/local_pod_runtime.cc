@@ -20,11 +20,6 @@ namespace {
 // epoll data: the pidfd or output fd number, with the kind in the top bit.
 constexpr uint64_t kOutputBit = 1ull << 63;
 
-std::condition_variable& ExitCv() {
-  static std::condition_variable cv;
-  return cv;
-}
-
 }  // namespace
 
 LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options)
@@ -169,7 +164,7 @@ void LocalPodRuntime::Monitor() {
         }
       }
     }
-    if (!exited.empty()) ExitCv().notify_all();
+    if (!exited.empty()) exit_cv_.notify_all();
     for (const auto& volume : exited) listeners_.Notify(volume);
   }
 }
@@ -187,9 +182,9 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
   if (!dead()) {
     it->second.process->SignalGroup(SIGTERM);
     it->second.process->SignalGroup(SIGCONT);  // a frozen pod must see its SIGTERM
-    if (!ExitCv().wait_for(lock, options_.termination_grace, dead)) {
+    if (!exit_cv_.wait_for(lock, options_.termination_grace, dead)) {
       pods_.at(name).process->SignalGroup(SIGKILL);
-      if (!ExitCv().wait_for(lock, std::chrono::seconds(10), dead)) {
+      if (!exit_cv_.wait_for(lock, std::chrono::seconds(10), dead)) {
         return absl::DeadlineExceededError(absl::StrCat("pod ", name, " did not die"));
       }
     }

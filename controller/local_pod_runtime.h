@@ -5,6 +5,7 @@
 // Exits are seen at once through pidfds and announced to watchers.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -62,6 +63,8 @@ class LocalPodRuntime final : public PodRuntime {
 
   LocalPodRuntimeOptions options_;
   mutable std::mutex mu_;
+  // Signalled (under mu_) when the monitor reaps a pod; Delete waits on it.
+  std::condition_variable exit_cv_;
   std::map<std::string, LocalPod> pods_;
   std::map<std::string, uint16_t> nfs_ports_;
   Listeners listeners_;
