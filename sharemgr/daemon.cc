@@ -145,6 +145,7 @@ int RunDaemon(const DaemonConfig& config) {
   Share share(config.ganesha, config.config_path, [&sup] {
     sup->SignalChild(SIGHUP);
     sup->Reevaluate();
+    sup->ProbeSoon();
   });
   if (auto status = share.WriteConfig(); !status.ok()) {
     spdlog::error("{}", status.message());

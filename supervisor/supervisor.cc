@@ -16,6 +16,8 @@ namespace {
 // While a new child has not answered yet, probe often: readiness should follow
 // ganesha's start-up within milliseconds, not a whole probe interval.
 constexpr Duration kStartupProbeInterval{10};
+// How long ProbeSoon keeps that cadence while the share is not ready.
+constexpr Duration kProbeSoonWindow{2000};
 
 sigset_t SupervisedSignals() {
   sigset_t set;
@@ -280,6 +282,18 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
     probe_timer_.ArmPeriodic(options_.probe_interval);
   }
   Reevaluate();
+  // A ProbeSoon window ends when the share is ready again, or after its time.
+  if (fast_until_ && (status_.state == State::kServing || clock_.Now() >= *fast_until_)) {
+    fast_until_.reset();
+    probe_timer_.ArmPeriodic(options_.probe_interval);
+  }
+}
+
+void Supervisor::ProbeSoon() {
+  if (!child_ || !answered_ || !kill_reason_.empty()) return;
+  fast_until_ = clock_.Now() + kProbeSoonWindow;
+  probe_timer_.ArmPeriodic(kStartupProbeInterval);
+  OnProbeTimer();
 }
 
 void Supervisor::Reevaluate() {

@@ -80,6 +80,10 @@ class Supervisor {
   void SignalChild(int sig);
   // Re-evaluates readiness now (e.g. after the export changed).
   void Reevaluate();
+  // Probes at the start-up cadence for a short while (until the share is ready
+  // again): after ganesha was told to reread its exports, the next probe shows
+  // the export within milliseconds instead of a probe interval later.
+  void ProbeSoon();
 
   std::optional<Outcome> outcome() const { return outcome_; }
   const SupervisorStatus& status() const { return status_; }
@@ -122,6 +126,7 @@ class Supervisor {
   std::string last_probe_error_;
   std::string kill_reason_;
   TimePoint start_deadline_{};
+  std::optional<TimePoint> fast_until_;
   std::optional<Outcome> outcome_;
 
   Timer probe_timer_;
