@@ -47,7 +47,12 @@ void HealthPublisher::Watchdog() {
   const auto period = stall_limit_ / 4;
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, period, [this] { return quit_; })) {
-    const auto silent = supervisor::Clock::now() - last_tick_();
+    // Before the loop runs, the daemon is checking and mounting the volume
+    // (e2fsck may take minutes); that phase is bounded by the startup probe,
+    // and a liveness failure would only restart the check.
+    const auto last_tick = last_tick_();
+    if (last_tick == supervisor::TimePoint{}) continue;
+    const auto silent = supervisor::Clock::now() - last_tick;
     const bool stalled = silent > stall_limit_;
     if (stalled == stalled_) continue;
     stalled_ = stalled;

@@ -19,8 +19,9 @@ namespace sharemgr {
 
 class HealthPublisher {
  public:
-  // `last_tick` reports when the supervisor loop last woke; a loop silent for
-  // longer than `stall_limit` makes liveness NOT_SERVING.
+  // `last_tick` reports when the supervisor loop last woke (TimePoint{} before
+  // it first runs); a running loop silent for longer than `stall_limit` makes
+  // liveness NOT_SERVING.
   HealthPublisher(grpc::HealthCheckServiceInterface& health,
                   std::function<supervisor::TimePoint()> last_tick,
                   supervisor::Duration stall_limit);

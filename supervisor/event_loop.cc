@@ -29,7 +29,6 @@ EventLoop::EventLoop()
   ev.events = EPOLLIN;
   ev.data.u64 = 0;  // token 0 is the wakeup eventfd
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &ev) != 0) Fatal("epoll_ctl");
-  Tick();
 }
 
 uint64_t EventLoop::Watch(int fd, uint32_t events, Handler handler) {
@@ -76,6 +75,7 @@ void EventLoop::Tick() {
 
 void EventLoop::Run() {
   running_ = true;
+  Tick();
   epoll_event events[16];
   while (running_) {
     const int n = epoll_wait(epoll_.get(), events, 16, static_cast<int>(kHeartbeat.count()));

@@ -36,7 +36,8 @@ class EventLoop {
   void Run();
   void Quit() { running_ = false; }
 
-  // When the loop last woke up; read by the liveness watchdog from any thread.
+  // When the loop last woke up (TimePoint{} until Run() starts); read by the
+  // liveness watchdog from any thread.
   TimePoint last_tick() const { return TimePoint(Duration(last_tick_ms_.load())); }
 
  private:

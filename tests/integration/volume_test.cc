@@ -302,6 +302,36 @@ TEST_CASE("volume 7b. a blank device with --format-if-blank is formatted and ser
   CHECK(d->WriteEventually("/fresh.txt", "fresh").ok());
 }
 
+TEST_CASE("volume 7c. a device that appears late: alive while awaited, then served") {
+  auto loop = MakeLoop("ext4");
+  char tmpl[] = "/tmp/sharemgr-vol7c-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string link = std::string(tmpl) + "/device";  // where the device will show up
+  {
+    auto d = DaemonProcess::Start(
+        {.extra_flags = {"--device", link, "--fs", "ext4", "--device-timeout", "30s"},
+         .wait_until_serving = false});
+    REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+    // Longer than the loop stall limit (3 s): waiting for an attach is not a wedged daemon.
+    std::this_thread::sleep_for(milliseconds(4000));
+    const auto live = (*d)->HealthServing("liveness");
+    const auto ready = (*d)->HealthServing("readiness");
+    REQUIRE(live.ok());
+    REQUIRE(ready.ok());
+    CHECK(*live);
+    CHECK_FALSE(*ready);
+    CHECK((*d)->output().find("liveness NOT_SERVING") == std::string::npos);
+
+    REQUIRE(std::filesystem::exists(loop->path()));
+    std::filesystem::create_symlink(loop->path(), link);
+    const auto serving = (*d)->WaitServing(milliseconds(20'000));
+    REQUIRE_MESSAGE(serving.ok(), serving.status().ToString());
+    CHECK(serving->device() == link);
+    CHECK((*d)->WriteEventually("late.txt", "attached late").ok());
+  }
+  std::filesystem::remove_all(tmpl);
+}
+
 TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected unmounts cleanly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");

@@ -67,6 +67,19 @@ TEST_CASE("readiness follows SERVING; liveness fails only for FAILED") {
   CHECK_FALSE(health.Get(kLivenessService));
 }
 
+TEST_CASE("a supervisor loop that has not started yet is not a stall") {
+  FakeHealth health;
+  std::atomic<int64_t> tick_ms{0};  // the volume is still being checked and mounted
+  HealthPublisher publisher(
+      health, [&] { return supervisor::TimePoint(milliseconds(tick_ms.load())); },
+      milliseconds(50));
+  std::this_thread::sleep_for(milliseconds(200));
+  CHECK(health.Get(kLivenessService));
+
+  tick_ms = 1;  // it ran once, long ago, and is stuck since
+  CHECK(WaitUntil([&] { return !health.Get(kLivenessService); }));
+}
+
 TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and back") {
   FakeHealth health;
   std::atomic<int64_t> tick_ms{
