@@ -18,12 +18,34 @@ if ((${#need[@]})); then
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# Makes a debootstrapped tree match the published slim image: no package
+# caches or lists, and dpkg told to skip documentation and translations for
+# this and every later install (the Dockerfile's apt-get too).
+slim_rootfs() {
+  local root=$1
+  cat >"$root/etc/dpkg/dpkg.cfg.d/slim" <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/lintian/*
+CFG
+  find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
+  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+  rm -rf "$root"/usr/share/{man,info,locale,groff,lintian}/* \
+    "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* \
+    "$root"/var/log/*.log "$root"/var/log/apt/*
+}
+
 if ! podman "${storage[@]}" image exists "$base"; then
   if ! buildah "${storage[@]}" pull --quiet "$base" >/dev/null 2>&1; then
     echo "build.sh: cannot pull $base; making it with debootstrap"
     rootfs=$(mktemp -d /tmp/share-manager-base.XXXXXX)
     trap 'rm -rf "$rootfs"' EXIT
     debootstrap --variant=minbase bookworm "$rootfs" >/dev/null
+    slim_rootfs "$rootfs"
     tar -C "$rootfs" -c . | podman "${storage[@]}" import - "$base" >/dev/null
   fi
 fi

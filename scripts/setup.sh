@@ -12,6 +12,8 @@ packages=(
   # s6 and supervisor: peers in the side-by-side benchmark (bench/)
   s6 supervisor
   procps iproute2
+  # the container image and its tests (tests/container): no Docker daemon needed
+  buildah podman debootstrap
 )
 
 missing=()
@@ -27,4 +29,12 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# The manifest check runs a schema validator from npm; any Node.js with npm
+# will do, Debian's when the machine has none.
+if ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
 fi

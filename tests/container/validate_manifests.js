@@ -28,9 +28,13 @@ function check(name, fn) {
 }
 
 const dir = path.join(root, "container/k8s");
+const pods = [];
+const services = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
   for (const doc of YAML.parseAllDocuments(fs.readFileSync(path.join(dir, file), "utf8"))) {
     const obj = doc.toJS();
+    if (obj.kind === "Pod") pods.push(obj);
+    if (obj.kind === "Service") services.push(obj);
     const key = `${obj.apiVersion}/${obj.kind}`;
     check(`${file}: ${key} ${obj.metadata && obj.metadata.name} is a valid object`, () => {
       const Model = models[key];
@@ -39,17 +43,34 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
     });
     for (const c of (obj.spec && obj.spec.containers) || []) {
       for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
-        check(`${file}: ${c.name} ${probe} uses a published health service`, () => {
+        check(`${file}: ${c.name} ${probe} uses a published health service on the grpc port`, () => {
           const p = c[probe];
           if (!p || !p.grpc) throw new Error("no grpc probe");
           const service = p.grpc.service || "";
           if (!published.has(service)) {
             throw new Error(`"${service}" is not one of ${[...published].map((s) => `"${s}"`).join(", ")}`);
           }
+          const grpcPort = (c.ports || []).find((port) => port.name === "grpc");
+          if (!grpcPort || grpcPort.containerPort !== p.grpc.port) {
+            throw new Error(`probes port ${p.grpc.port}, not the container's "grpc" port`);
+          }
         });
       }
     }
   }
+}
+// Each Service selects a share-manager pod and targets a port it declares.
+for (const svc of services) {
+  check(`Service ${svc.metadata.name} selects a pod and targets its NFS port`, () => {
+    const selector = Object.entries(svc.spec.selector || {});
+    const pod = pods.find((p) => selector.every(([k, v]) => (p.metadata.labels || {})[k] === v));
+    if (!selector.length || !pod) throw new Error("selects no pod in container/k8s");
+    const declared = pod.spec.containers.flatMap((c) => c.ports || []);
+    for (const port of svc.spec.ports) {
+      const target = declared.find((d) => d.name === port.targetPort || d.containerPort === port.targetPort);
+      if (!target) throw new Error(`targetPort ${port.targetPort} is not a port of pod ${pod.metadata.name}`);
+    }
+  });
 }
 // The validator itself must reject a broken object, or it proves nothing.
 check("an invalid Pod is rejected", () => {

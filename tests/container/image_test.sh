@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The share-manager image, end to end: builds it from a clean checkout of
+# HEAD with container/build.sh, reports its size, checks what it contains
+# (no compiler, no apt lists, the entrypoint), then runs a real share inside
+# it (the image's own ganesha, host loopback, non-standard ports) and checks
+# from the host: readiness and liveness SERVING through grpc.health.v1, an
+# NFS write and read through libnfs, the bytes in the image's export
+# directory, and a clean exit 0 on SIGTERM. Leaves no container, image,
+# process or temporary file behind.
+#
+# Usage: tests/container/image_test.sh HOST_SHARE_MANAGER   (root; ctest label "container")
+#   SHARE_MANAGER_IMAGE=TAG tests/container/image_test.sh ...  tests an image
+#   already built (kept afterwards) instead of building one.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+HOST_SM=$(realpath "${1:?usage: image_test.sh HOST_SHARE_MANAGER}")
+STORAGE=(--storage-driver vfs)
+source "$repo/tests/container/image_share.sh"
+
+work=$(mktemp -d /tmp/share-manager-image-test.XXXXXX)
+tag=${SHARE_MANAGER_IMAGE:-localhost/share-manager:test-$$}
+volume=image-test
+nfs_port=$(free_port)
+grpc_port=$(free_port)
+ctr=
+failures=0
+
+cleanup() {
+  image_share_kill "$grpc_port"
+  [[ -z $ctr ]] || buildah "${STORAGE[@]}" rm "$ctr" >/dev/null 2>&1 || true
+  [[ -n ${SHARE_MANAGER_IMAGE:-} ]] || podman "${STORAGE[@]}" rmi "$tag" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+pass() { echo "ok   $*"; }
+fail() {
+  echo "FAIL $*"
+  failures=$((failures + 1))
+}
+check() { # check DESCRIPTION COMMAND...: runs the command, records the outcome.
+  local what=$1
+  shift
+  if "$@"; then pass "$what"; else fail "$what"; fi
+}
+in_image() { buildah "${STORAGE[@]}" run --isolation chroot "$ctr" -- "$@"; }
+
+if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
+  echo "== testing the existing image $tag"
+else
+  echo "== build from a clean checkout of HEAD ($(git -C "$repo" rev-parse --short HEAD))"
+  git -C "$repo" diff --quiet HEAD || echo "note: uncommitted changes are not part of this image"
+  mkdir "$work/src"
+  git -C "$repo" archive HEAD | tar -x -C "$work/src"
+  build_start=$(now_ms)
+  bash "$work/src/container/build.sh" "$tag" >"$work/build.log" 2>&1 || {
+    tail -n 40 "$work/build.log"
+    fail "image builds with container/build.sh"
+    exit 1
+  }
+  pass "image builds with container/build.sh in $((($(now_ms) - build_start) / 1000)) s"
+fi
+
+unpacked=$(podman "${STORAGE[@]}" image inspect "$tag" --format '{{.Size}}')
+compressed=$(podman "${STORAGE[@]}" save --format docker-archive "$tag" 2>/dev/null | gzip -6 | wc -c)
+echo "image size: $((unpacked / 1000000)) MB unpacked, $((compressed / 1000000)) MB compressed" \
+  "($unpacked / $compressed bytes; compressed = gzip -6 of 'podman save')"
+
+ctr=$(buildah "${STORAGE[@]}" from --pull=never "$tag")
+entrypoint=$(podman "${STORAGE[@]}" image inspect "$tag" --format '{{json .Config.Entrypoint}}')
+check "entrypoint is share-manager (PID 1 in the pod): $entrypoint" \
+  test "$entrypoint" = '["/usr/local/bin/share-manager"]'
+version=$(in_image share-manager --version)
+check "share-manager --version in the image: $version" \
+  test "$version" = "$("$HOST_SM" --version)"
+found=$(in_image sh -c 'for t in cc gcc g++ c++ cpp clang clang++ ld as make; do command -v "$t"; done
+  dpkg-query -W -f="\${db:Status-Status} \${Package}\n" gcc g++ cpp binutils libc6-dev 2>/dev/null |
+    sed -n "s/^installed //p"')
+check "no compiler, linker or C headers in the image${found:+ (found: $found)}" test -z "$found"
+lists=$(in_image find /var/lib/apt/lists /var/cache/apt -type f)
+check "no apt lists or caches${lists:+ (found: $lists)}" test -z "$lists"
+check "the image has ganesha and its VFS plugin" \
+  in_image test -x /usr/bin/ganesha.nfsd -a -e /usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so
+
+echo "== a share inside the image (NFS 127.0.0.1:$nfs_port, gRPC 127.0.0.1:$grpc_port)"
+image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$work/share.log"
+if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
+  pass "readiness SERVING ${cold_ms} ms after buildah run"
+else
+  fail "readiness SERVING within 60 s"
+  tail -n 40 "$work/share.log"
+  exit 1
+fi
+check "liveness SERVING" "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service liveness
+sm_pid=$(image_share_pid "$grpc_port")
+check "share-manager is PID 1 of its PID namespace" \
+  grep -qE "^NSpid:\s+$sm_pid\s+1$" "/proc/$sm_pid/status"
+ganesha_pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd)
+root=$(buildah "${STORAGE[@]}" mount "$ctr")
+check "ganesha is the image's own binary" \
+  test "$(stat -L -c %d:%i "/proc/$ganesha_pid/exe")" = "$(stat -c %d:%i "$root/usr/bin/ganesha.nfsd")"
+
+head -c 3000 /dev/urandom >"$work/payload"
+url="nfs://127.0.0.1/$volume/from-host.bin?version=4&nfsport=$nfs_port"
+nfs_write() { # retried: a restarted server may answer NFS4ERR_GRACE briefly
+  for _ in $(seq 50); do nfs-cp "$work/payload" "$url" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  return 1
+}
+check "NFS write from the host ($url)" nfs_write
+check "NFS read from the host returns the same bytes" \
+  cmp -s "$work/payload" <(nfs-cat "$url")
+check "the bytes are in the image's export directory" \
+  cmp -s "$work/payload" "$root/export/$volume/from-host.bin"
+buildah "${STORAGE[@]}" unmount "$ctr" >/dev/null
+
+image_share_stop "$grpc_port"
+check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" test "$IMAGE_SHARE_EXIT" = 0
+check "ganesha is gone after the stop" test ! -e "/proc/$ganesha_pid"
+check "share-manager logged its stop" grep -q "stopped" "$work/share.log"
+((failures == 0)) || tail -n 30 "$work/share.log"
+
+echo "$failures failed"
+((failures == 0))
