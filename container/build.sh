@@ -44,7 +44,15 @@ if ! podman "${storage[@]}" image exists "$base"; then
     echo "build.sh: cannot pull $base; making it with debootstrap"
     rootfs=$(mktemp -d /tmp/share-manager-base.XXXXXX)
     trap 'rm -rf "$rootfs"' EXIT
-    debootstrap --variant=minbase bookworm "$rootfs" >/dev/null
+    # The host's own Debian mirror and suites (bookworm, -updates, -security),
+    # as the published image has them, so the Dockerfile's installs get fixes.
+    host_sources=/etc/apt/sources.list.d/debian.sources
+    mirror=$(awk '/^URIs:/ {print $2; exit}' "$host_sources" 2>/dev/null || true)
+    debootstrap --variant=minbase bookworm "$rootfs" ${mirror:+"$mirror"} >/dev/null
+    if [[ -f $host_sources ]]; then
+      cp "$host_sources" "$rootfs/etc/apt/sources.list.d/debian.sources"
+      rm -f "$rootfs/etc/apt/sources.list"
+    fi
     slim_rootfs "$rootfs"
     tar -C "$rootfs" -c . | podman "${storage[@]}" import - "$base" >/dev/null
   fi
