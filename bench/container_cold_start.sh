@@ -28,6 +28,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # so that cleanup runs when interrupted too
 
 if [[ -z ${SHARE_MANAGER_IMAGE:-} ]]; then
   echo "building $tag from the working tree"

@@ -5,7 +5,8 @@
 # it (the image's own ganesha, host loopback, non-standard ports) and checks
 # from the host: readiness and liveness SERVING through grpc.health.v1, an
 # NFS write and read through libnfs, the bytes in the image's export
-# directory, and a clean exit 0 on SIGTERM. Leaves no container, image,
+# directory, orphans reaped by share-manager as PID 1, a SIGKILLed ganesha
+# restarted in place, and a clean exit 0 on SIGTERM. Leaves no container, image,
 # process or temporary file behind.
 #
 # Usage: tests/container/image_test.sh HOST_SHARE_MANAGER   (root; ctest label "container")
@@ -32,6 +33,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # so that cleanup runs when interrupted too
 
 pass() { echo "ok   $*"; }
 fail() {
@@ -102,15 +104,51 @@ check "ganesha is the image's own binary" \
 
 head -c 3000 /dev/urandom >"$work/payload"
 url="nfs://127.0.0.1/$volume/from-host.bin?version=4&nfsport=$nfs_port"
-nfs_write() { # retried: a restarted server may answer NFS4ERR_GRACE briefly
-  for _ in $(seq 50); do nfs-cp "$work/payload" "$url" >/dev/null 2>&1 && return 0; sleep 0.1; done
+# Retried for up to 10 s: a (re)started server refuses OPEN during NFS grace.
+nfs_write() {
+  for _ in $(seq 100); do nfs-cp "$work/payload" "$url" >/dev/null 2>&1 && return 0; sleep 0.1; done
   return 1
 }
+nfs_read_back() {
+  for _ in $(seq 100); do
+    nfs-cat "$url" >"$work/read" 2>/dev/null && break
+    sleep 0.1
+  done
+  cmp -s "$work/payload" "$work/read"
+}
 check "NFS write from the host ($url)" nfs_write
-check "NFS read from the host returns the same bytes" \
-  cmp -s "$work/payload" <(nfs-cat "$url")
+check "NFS read from the host returns the same bytes" nfs_read_back
 check "the bytes are in the image's export directory" \
   cmp -s "$work/payload" "$root/export/$volume/from-host.bin"
+
+# As PID 1, share-manager inherits every orphan in the pod and must reap it.
+nsenter -t "$sm_pid" -p -- sh -c 'sleep 1.5 & exit 0'
+orphan=$(pgrep -x -f "sleep 1.5" | head -n 1)
+check "an orphan in the pod is re-parented to share-manager" \
+  test "$(awk '{print $4}' "/proc/$orphan/stat" 2>/dev/null)" = "$sm_pid"
+reaped() { # gone, not a zombie
+  for _ in $(seq 50); do [[ -e /proc/$1 ]] || return 0; sleep 0.1; done
+  return 1
+}
+check "share-manager reaps it when it exits" reaped "$orphan"
+
+# A crashed ganesha is restarted in place, inside the image too.
+kill -KILL "$ganesha_pid"
+restarted() {
+  local pid
+  for _ in $(seq 200); do
+    pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd || true)
+    [[ -n $pid && $pid != "$ganesha_pid" ]] &&
+      "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service readiness >/dev/null 2>&1 &&
+      return 0
+    sleep 0.05
+  done
+  return 1
+}
+check "after SIGKILL, ganesha is restarted in place and readiness is SERVING again" restarted
+rm -f "$work/read"
+check "the file reads back through NFS after the restart (NFS grace waited out)" nfs_read_back
+ganesha_pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd)
 buildah "${STORAGE[@]}" unmount "$ctr" >/dev/null
 
 image_share_stop "$grpc_port"
