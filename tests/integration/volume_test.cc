@@ -164,21 +164,34 @@ TEST_CASE(
 
 TEST_CASE("volume 4. a failure that cannot be repaired: FAILED and exit code 5, nothing hangs") {
   auto loop = MakeLoop("ext4");
-  auto d = StartOn(*loop, "ext4", {"--failed-linger", "500ms"});
-  // Detach the device under the mounted filesystem (the kernel lets go of it at
-  // the next unmount), then make ext4 fail: every repair attempt finds the
-  // device gone.
-  REQUIRE(Run({"losetup", "-d", loop->path()}).ok());
-  std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop->path()).filename().string() +
-                "/trigger_fs_error")
-      << "test error\n";
-  const auto failed = d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
-                                 milliseconds(30'000), "FAILED");
-  REQUIRE_MESSAGE(failed.ok(), failed.status().ToString(), "\n", d->output());
-  CHECK(failed->reason().find("could not be repaired") != std::string::npos);
-  const auto code = d->WaitExit(milliseconds(20'000));
-  REQUIRE(code.ok());
-  CHECK(*code == 5);
+  // The daemon knows the device by a name that the test then removes, as
+  // Longhorn's /dev/longhorn/<volume> vanishes on a detach. (Detaching the loop
+  // device itself would free its number for a test running beside this one.)
+  char tmpl[] = "/tmp/sharemgr-vol4-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string link = std::string(tmpl) + "/device";
+  std::filesystem::create_symlink(loop->path(), link);
+  {
+    auto d = DaemonProcess::Start(
+        {.extra_flags = {"--device", link, "--fs", "ext4", "--volume-probe-interval", "200ms",
+                         "--failed-linger", "500ms"}});
+    REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+    // The device goes away under the mounted filesystem, then ext4 fails:
+    // every repair attempt finds the device gone.
+    std::filesystem::remove(link);
+    std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop->path()).filename().string() +
+                  "/trigger_fs_error")
+        << "test error\n";
+    const auto failed =
+        (*d)->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
+                      milliseconds(30'000), "FAILED");
+    REQUIRE_MESSAGE(failed.ok(), failed.status().ToString(), "\n", (*d)->output());
+    CHECK(failed->reason().find("could not be repaired") != std::string::npos);
+    const auto code = (*d)->WaitExit(milliseconds(20'000));
+    REQUIRE(code.ok());
+    CHECK(*code == 5);
+  }
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST_CASE("volume 5. trim returns the bytes trimmed") {
