@@ -280,16 +280,11 @@ int RunDaemon(const DaemonConfig& config) {
                             },
                         .withdraw_export = [&] { share.SetVolumeAvailable(false); },
                         .restore_export =
-                            [&, publish] {
+                            [&] {
                               share.CountRemount();
                               share.SetVolumeAvailable(true);
-                              publish();
                             },
-                        .repaired_in_place =
-                            [&, publish] {
-                              share.CountRemount();
-                              publish();
-                            },
+                        .repaired_in_place = [&] { share.CountRemount(); },
                         .give_up =
                             [&](const std::string& reason) {
                               volume_failed = true;

@@ -172,9 +172,7 @@ void VolumeMonitor::Repair() {
     repair_worker_.TryRun([this] { return volume_.RemountReadWrite(); },
                           [this](absl::Status result) {
                             if (!result.ok()) return RepairFailed(std::string(result.message()));
-                            repairing_ = false;
-                            hooks_.repaired_in_place();
-                            Check();
+                            FinishRepair(hooks_.repaired_in_place);
                           });
     return;
   }
@@ -192,10 +190,19 @@ void VolumeMonitor::Repair() {
       },
       [this](absl::Status result) {
         if (!result.ok()) return RepairFailed(std::string(result.message()));
-        repairing_ = false;
-        hooks_.restore_export();
-        Check();
+        FinishRepair(hooks_.restore_export);
       });
+}
+
+void VolumeMonitor::FinishRepair(const std::function<void()>& hook) {
+  repairing_ = false;
+  hook();
+  // Ready() changed with repairing_. The probe that saw the volume healthy
+  // again may have finished before this (our own remount fires a mountinfo
+  // event), and then no later probe reports a change: re-evaluate here, or
+  // readiness waits for the next NFS probe.
+  hooks_.changed();
+  Check();
 }
 
 void VolumeMonitor::RepairFailed(const std::string& error) {

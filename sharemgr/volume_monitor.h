@@ -29,7 +29,7 @@ struct VolumeHooks {
   // Readiness inputs changed (re-evaluate and publish).
   std::function<void()> changed;
   // Take the export away from ganesha / give it back (the latter also counts
-  // one remount generation).
+  // one remount generation). `changed` follows either repair hook.
   std::function<void()> withdraw_export;
   std::function<void()> restore_export;
   // A repair that kept the export (remount read-write) counts one generation.
@@ -74,6 +74,7 @@ class VolumeMonitor {
   void OnHealth(Health health);
   void Repair();
   void RepairFailed(const std::string& error);
+  void FinishRepair(const std::function<void()>& hook);
 
   supervisor::EventLoop& loop_;
   Volume& volume_;
