@@ -113,6 +113,28 @@ TEST_CASE(
   CHECK(d->WriteEventually("/after-remount.txt", "ok").ok());
 }
 
+TEST_CASE("volume 2b. each in-place repair makes the share SERVING itself, not a later NFS probe") {
+  auto loop = MakeLoop("ext4");
+  // NFS probes a minute apart: readiness must not depend on one coming along.
+  auto d = StartOn(*loop, "ext4", {"--probe-interval", "60s"});
+  // Our own remount fires a mountinfo event whose probe may finish before the
+  // repair does; repeat so that ordering is hit too.
+  for (int i = 0; i < 20; ++i) {
+    CAPTURE(i);
+    const uint64_t before = d->Status()->remount_generation();
+    const auto seen = WatchUntil(
+        *d,
+        [&] {
+          REQUIRE(Run({"mount", "-o", "remount,ro", d->export_dir()}).ok());
+        },
+        [&](const v1::ShareStatus& s) {
+          return s.state() == v1::SERVING && s.remount_generation() > before;
+        });
+    REQUIRE(seen.back().state() == v1::SERVING);
+    REQUIRE(seen.back().remount_generation() == before + 1);
+  }
+}
+
 TEST_CASE("volume 3. an ext4 filesystem error runs the full repair; data intact, writes resume") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
