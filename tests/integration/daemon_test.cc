@@ -114,6 +114,31 @@ TEST_CASE("2. SIGKILL ganesha: restarted in place with a new pid, data intact, w
   CHECK(ReadLocal(d->export_dir() + "/after.txt") == "after");
 }
 
+TEST_CASE("2b. in NFS grace after a restart, readiness stays SERVING so clients can reclaim") {
+  auto d = StartDaemon({.extra_flags = {"--grace-period", "5", "--lease-lifetime", "5"}});
+  // A client that opened a file leaves a record in the recovery dir; after a
+  // crash ganesha waits the whole grace period for it to reclaim.
+  REQUIRE(d->WriteEventually("/held.txt", "held").ok());
+  REQUIRE(kill(d->Status()->ganesha_pid(), SIGKILL) == 0);
+  REQUIRE(d->WaitFor([](const v1::ShareStatus& s) { return s.restart_count() >= 1; },
+                     milliseconds(5000), "a restart")
+              .ok());
+  const auto again = d->WaitServing();
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+
+  const auto refused = testing_support::WriteOnce("127.0.0.1", d->nfs_port(), d->pseudo_path(),
+                                                  "/in-grace.txt", "new state");
+  const auto ready = d->HealthServing("readiness");
+  CHECK_MESSAGE(!refused.ok(), "expected NFS4ERR_GRACE right after the restart");
+  CHECK(refused.ToString().find("GRACE") != std::string::npos);
+  REQUIRE(ready.ok());
+  CHECK(*ready);  // in grace, yet ready: the Service keeps routing clients here
+  const auto read = d->ReadEventually("/held.txt");
+  REQUIRE(read.ok());
+  CHECK(*read == "held");
+  CHECK(d->WriteEventually("/in-grace.txt", "after grace", milliseconds(20'000)).ok());
+}
+
 TEST_CASE(
     "3. SIGSTOP ganesha: the hang is detected by NULL probes, ganesha is killed and restarted") {
   auto d = StartDaemon({.extra_flags = {"--probe-interval", "200ms", "--probe-failures", "3"}});
