@@ -42,6 +42,15 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
       new Model(obj).validate();
     });
     for (const c of (obj.spec && obj.spec.containers) || []) {
+      // Rules the API server enforces beyond the schema, and ours: never privileged.
+      check(`${file}: ${c.name} securityContext is accepted and not privileged`, () => {
+        const sc = c.securityContext || {};
+        if (sc.privileged) throw new Error("privileged: true");
+        const added = ((sc.capabilities && sc.capabilities.add) || []).map((cap) => cap.replace(/^CAP_/, ""));
+        if (sc.allowPrivilegeEscalation === false && added.includes("SYS_ADMIN")) {
+          throw new Error("allowPrivilegeEscalation: false together with SYS_ADMIN");
+        }
+      });
       for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
         check(`${file}: ${c.name} ${probe} uses a published health service on the grpc port`, () => {
           const p = c[probe];
