@@ -32,17 +32,19 @@ free_port() {
   done
 }
 
-# image_share_start CONTAINER VOLUME NFS_PORT GRPC_PORT LOG: starts the share
-# in the background; sets IMAGE_SHARE_RUNNER (the buildah run PID) and
-# IMAGE_SHARE_STARTED_MS.
+# image_share_start CONTAINER VOLUME NFS_PORT GRPC_PORT LOG [FLAG...]: starts
+# the share (exporting /export/VOLUME; extra daemon flags such as --device
+# appended) in the background; sets IMAGE_SHARE_RUNNER (the buildah run PID)
+# and IMAGE_SHARE_STARTED_MS.
 image_share_start() {
   local ctr=$1 volume=$2 nfs_port=$3 grpc_port=$4 log=$5
+  shift 5
   IMAGE_SHARE_STARTED_MS=$(now_ms)
   buildah "${STORAGE[@]}" run --isolation chroot "${IMAGE_CAPS[@]}" "$ctr" -- \
     unshare --pid --fork --mount-proc \
     /usr/local/bin/share-manager daemon --volume "$volume" --export-dir "/export/$volume" \
     --nfs-address 127.0.0.1 --nfs-port "$nfs_port" --listen "127.0.0.1:$grpc_port" \
-    --grace-period 2 --lease-lifetime 2 >"$log" 2>&1 &
+    --grace-period 2 --lease-lifetime 2 "$@" >"$log" 2>&1 &
   IMAGE_SHARE_RUNNER=$!
 }
 

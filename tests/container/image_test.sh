@@ -6,8 +6,9 @@
 # from the host: readiness and liveness SERVING through grpc.health.v1, an
 # NFS write and read through libnfs, the bytes in the image's export
 # directory, orphans reaped by share-manager as PID 1, a SIGKILLed ganesha
-# restarted in place, and a clean exit 0 on SIGTERM. Leaves no container, image,
-# process or temporary file behind.
+# restarted in place, and a clean exit 0 on SIGTERM; then the same for an ext4
+# loop device checked, mounted and exported by the image's own tools. Leaves no
+# container, image, process, loop device or temporary file behind.
 #
 # Usage: tests/container/image_test.sh HOST_SHARE_MANAGER   (root; ctest label "container")
 #   SHARE_MANAGER_IMAGE=TAG tests/container/image_test.sh ...  tests an image
@@ -24,10 +25,12 @@ volume=image-test
 nfs_port=$(free_port)
 grpc_port=$(free_port)
 ctr=
+loop_dev=
 failures=0
 
 cleanup() {
   image_share_kill "$grpc_port"
+  [[ -z $loop_dev ]] || losetup -d "$loop_dev" 2>/dev/null || true
   [[ -z $ctr ]] || buildah "${STORAGE[@]}" rm "$ctr" >/dev/null 2>&1 || true
   [[ -n ${SHARE_MANAGER_IMAGE:-} ]] || podman "${STORAGE[@]}" rmi "$tag" >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -156,6 +159,33 @@ check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" tes
 check "ganesha is gone after the stop" test ! -e "/proc/$ganesha_pid"
 check "share-manager logged its stop" grep -q "stopped" "$work/share.log"
 ((failures == 0)) || tail -n 30 "$work/share.log"
+
+echo "== a block-device share inside the image (ext4 on a loop device, as in a pod)"
+truncate -s 64M "$work/volume.img"
+mkfs.ext4 -q -F "$work/volume.img"
+loop_dev=$(losetup -f --show "$work/volume.img")
+volume=image-block
+grpc_port=$(free_port)
+nfs_port=$(free_port)
+image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$work/block.log" --device "$loop_dev"
+if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
+  pass "readiness SERVING ${cold_ms} ms after buildah run"
+else
+  fail "readiness SERVING within 60 s"
+  tail -n 40 "$work/block.log"
+  exit 1
+fi
+check "the image's e2fsck checked the device before the mount" \
+  grep -q "checking $loop_dev: e2fsck" "$work/block.log"
+url="nfs://127.0.0.1/$volume/on-device.bin?version=4&nfsport=$nfs_port"
+check "NFS write from the host ($url)" nfs_write
+image_share_stop "$grpc_port"
+check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" test "$IMAGE_SHARE_EXIT" = 0
+check "share-manager unmounted the device on its way out" \
+  grep -q "unmounted /export/$volume" "$work/block.log"
+check "the bytes are on the device's ext4" \
+  cmp -s "$work/payload" <(debugfs -R "cat /on-device.bin" "$loop_dev" 2>/dev/null)
+((failures == 0)) || tail -n 30 "$work/block.log"
 
 echo "$failures failed"
 ((failures == 0))
