@@ -38,9 +38,17 @@ void HealthPublisher::Apply() {
   const bool ready = state_ == State::kServing;
   // STOPPING is not a liveness failure: a restart would not help a clean stop.
   const bool live = state_ != State::kFailed && !stalled_;
-  health_.SetServingStatus("", ready);
-  health_.SetServingStatus(kReadinessService, ready);
-  health_.SetServingStatus(kLivenessService, live);
+  // gRPC pushes every SetServingStatus to Watch streams, changed or not; a
+  // watcher should see changes only (STARTING -> DEGRADED is NOT_SERVING twice).
+  if (ready != published_ready_) {
+    health_.SetServingStatus("", ready);
+    health_.SetServingStatus(kReadinessService, ready);
+    published_ready_ = ready;
+  }
+  if (live != published_live_) {
+    health_.SetServingStatus(kLivenessService, live);
+    published_live_ = live;
+  }
 }
 
 void HealthPublisher::Watchdog() {

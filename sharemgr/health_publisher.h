@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "supervisor/clock.h"
@@ -44,6 +45,8 @@ class HealthPublisher {
   bool quit_ = false;
   supervisor::State state_ = supervisor::State::kStarting;
   bool stalled_ = false;
+  std::optional<bool> published_ready_;  // what Watch streams last got
+  std::optional<bool> published_live_;
   std::thread watchdog_;
 };
 

@@ -74,7 +74,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "no remount flood: 1000 read-only passes make one request; the gate fires once after its "
+    "no remount flood: 1000 read-only passes make one request, the gate fires once after its "
     "delay") {
   ReconcilerOptions options;
   options.remount_delay_ms = 5000;

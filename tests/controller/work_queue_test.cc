@@ -22,7 +22,7 @@ TEST_CASE("a key is handed to one worker at a time and re-runs if added meanwhil
   CHECK(queue.Get() == "a");  // the dirty key came back after Done
 }
 
-TEST_CASE("AddAfter delays; an earlier AddAfter wins") {
+TEST_CASE("AddAfter delays, an earlier AddAfter wins") {
   WorkQueue queue;
   const auto start = WorkQueue::Clock::now();
   queue.AddAfter("a", milliseconds(200));
@@ -31,7 +31,7 @@ TEST_CASE("AddAfter delays; an earlier AddAfter wins") {
   CHECK(WorkQueue::Clock::now() - start >= milliseconds(30));
 }
 
-TEST_CASE("failures back off exponentially per key; Forget resets") {
+TEST_CASE("failures back off exponentially per key, Forget resets") {
   WorkQueue queue({.base_backoff = milliseconds(10), .max_backoff = milliseconds(40)});
   queue.AddRateLimited("a");
   queue.AddRateLimited("a");

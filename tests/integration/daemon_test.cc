@@ -365,7 +365,7 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
   CHECK(result.output.find("cannot serve gRPC") != std::string::npos);
 }
 
-TEST_CASE("health Watch and the watch command push changes; a unix socket serves the same API") {
+TEST_CASE("health Watch and the watch command push changes, a unix socket serves the same API") {
   const std::string socket = "/tmp/sharemgr-test-" + std::to_string(getpid()) + ".sock";
   auto d = StartDaemon({.extra_flags = {"--socket", socket}});
   const auto over_socket = RunCommand({ShareManagerBinary(), "status", "--addr", socket});

@@ -70,13 +70,26 @@ std::vector<v1::ShareStatus> WatchUntil(const DaemonProcess& d,
   return seen;
 }
 
+// Remounts the export read-only from outside; the statuses seen until SERVING
+// again with a remount generation above `before` (or until the watch ends).
+std::vector<v1::ShareStatus> RemountReadOnlyUntilRepaired(const DaemonProcess& d, uint64_t before) {
+  return WatchUntil(
+      d,
+      [&] {
+        REQUIRE(Run({"mount", "-o", "remount,ro", d.export_dir()}).ok());
+      },
+      [&](const v1::ShareStatus& s) {
+        return s.state() == v1::SERVING && s.remount_generation() > before;
+      });
+}
+
 bool Saw(const std::vector<v1::ShareStatus>& seen, v1::ShareState state) {
   return std::any_of(seen.begin(), seen.end(), [&](const auto& s) { return s.state() == state; });
 }
 
 }  // namespace
 
-TEST_CASE("volume 1. an ext4 device is checked, mounted and exported; an NFS write lands on it") {
+TEST_CASE("volume 1. an ext4 device is checked, mounted and exported, an NFS write lands on it") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   const auto status = d->Status();
@@ -94,18 +107,11 @@ TEST_CASE("volume 1. an ext4 device is checked, mounted and exported; an NFS wri
 }
 
 TEST_CASE(
-    "volume 2. a read-only remount from outside is detected and repaired; generation +1 exactly") {
+    "volume 2. a read-only remount from outside is detected and repaired, generation +1 exactly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   const uint64_t before = d->Status()->remount_generation();
-  const auto seen = WatchUntil(
-      *d,
-      [&] {
-        REQUIRE(Run({"mount", "-o", "remount,ro", d->export_dir()}).ok());
-      },
-      [&](const v1::ShareStatus& s) {
-        return s.state() == v1::SERVING && s.remount_generation() > before;
-      });
+  const auto seen = RemountReadOnlyUntilRepaired(*d, before);
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
   std::this_thread::sleep_for(milliseconds(600));  // several probes later: no further bumps
@@ -122,20 +128,13 @@ TEST_CASE("volume 2b. each in-place repair makes the share SERVING itself, not a
   for (int i = 0; i < 20; ++i) {
     CAPTURE(i);
     const uint64_t before = d->Status()->remount_generation();
-    const auto seen = WatchUntil(
-        *d,
-        [&] {
-          REQUIRE(Run({"mount", "-o", "remount,ro", d->export_dir()}).ok());
-        },
-        [&](const v1::ShareStatus& s) {
-          return s.state() == v1::SERVING && s.remount_generation() > before;
-        });
+    const auto seen = RemountReadOnlyUntilRepaired(*d, before);
     REQUIRE(seen.back().state() == v1::SERVING);
     REQUIRE(seen.back().remount_generation() == before + 1);
   }
 }
 
-TEST_CASE("volume 3. an ext4 filesystem error runs the full repair; data intact, writes resume") {
+TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact, writes resume") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   REQUIRE(d->WriteEventually("/before-error.txt", "precious").ok());
@@ -246,7 +245,7 @@ bool HasCapability(int cap) {
   return false;
 }
 
-TEST_CASE("volume 6. grow the device, resize online: bigger, data intact; again is a no-op (xfs)") {
+TEST_CASE("volume 6. grow the device, resize online: bigger, data intact, again is a no-op (xfs)") {
   auto loop = MakeLoop("xfs", "320M");
   auto d = StartOn(*loop, "xfs");
   REQUIRE(d->WriteEventually("/kept.txt", "kept").ok());
@@ -367,7 +366,7 @@ TEST_CASE("volume 7c. a device that appears late: alive while awaited, then serv
   std::filesystem::remove_all(tmpl);
 }
 
-TEST_CASE("volume 8. Unmount and Mount round trip; stop with a client connected unmounts cleanly") {
+TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected unmounts cleanly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   REQUIRE(d->WriteEventually("/round.txt", "trip").ok());

@@ -60,7 +60,7 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
 }
 
 TEST_CASE(
-    "--export-dir without --device exports a directory; Longhorn's --mount adds mount options") {
+    "--export-dir without --device exports a directory, Longhorn's --mount adds mount options") {
   DaemonFlags flags;
   flags.volume = "pvc-1";
   flags.export_dir = "/srv/share";

@@ -21,6 +21,7 @@ class FakeHealth : public grpc::HealthCheckServiceInterface {
   void SetServingStatus(const std::string& name, bool serving) override {
     std::lock_guard lock(mu_);
     status_[name] = serving;
+    ++sets_[name];
   }
   void SetServingStatus(bool serving) override {
     std::lock_guard lock(mu_);
@@ -30,10 +31,16 @@ class FakeHealth : public grpc::HealthCheckServiceInterface {
     std::lock_guard lock(mu_);
     return status_.at(name);
   }
+  // How often a status was set: each set is a message to every Watch stream.
+  int Sets(const std::string& name) {
+    std::lock_guard lock(mu_);
+    return sets_[name];
+  }
 
  private:
   std::mutex mu_;
   std::map<std::string, bool> status_;
+  std::map<std::string, int> sets_;
 };
 
 bool WaitUntil(const std::function<bool()>& done) {
@@ -47,7 +54,7 @@ bool WaitUntil(const std::function<bool()>& done) {
 
 }  // namespace
 
-TEST_CASE("readiness follows SERVING; liveness fails only for FAILED") {
+TEST_CASE("readiness follows SERVING, liveness fails only for FAILED") {
   FakeHealth health;
   HealthPublisher publisher(
       health, [] { return supervisor::Clock::now(); }, milliseconds(1000));
@@ -65,6 +72,19 @@ TEST_CASE("readiness follows SERVING; liveness fails only for FAILED") {
   CHECK(health.Get(kLivenessService));
   publisher.OnState(State::kFailed);
   CHECK_FALSE(health.Get(kLivenessService));
+}
+
+TEST_CASE("Watch streams get changes only, not a repeat per state change") {
+  FakeHealth health;
+  HealthPublisher publisher(
+      health, [] { return supervisor::Clock::now(); }, milliseconds(1000));
+  publisher.OnState(State::kDegraded);  // STARTING -> DEGRADED: NOT_SERVING both
+  publisher.OnState(State::kStarting);  // ganesha restarting: still NOT_SERVING
+  CHECK(health.Sets(kReadinessService) == 1);
+  publisher.OnState(State::kServing);
+  CHECK(health.Sets(kReadinessService) == 2);
+  CHECK(health.Sets("") == 2);
+  CHECK(health.Sets(kLivenessService) == 1);  // live all along
 }
 
 TEST_CASE("a supervisor loop that has not started yet is not a stall") {

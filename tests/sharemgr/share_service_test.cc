@@ -21,7 +21,7 @@ struct FakeLoop {
 
 }  // namespace
 
-TEST_CASE("mutations carrying another epoch are refused; 0 is unchecked") {
+TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   StatusBoard board;
   FakeLoop loop;
   ShareService service(

@@ -33,7 +33,7 @@ TEST_CASE("a repeated state is not a transition and notifies nobody") {
   CHECK(machine.reason() == "up");
 }
 
-TEST_CASE("FAILED and STOPPING are terminal; nothing returns to STARTING") {
+TEST_CASE("FAILED and STOPPING are terminal, nothing returns to STARTING") {
   for (State s :
        {State::kStarting, State::kServing, State::kDegraded, State::kFailed, State::kStopping}) {
     CAPTURE(StateName(s));

@@ -123,7 +123,7 @@ auto StateIs(State s) {
 
 }  // namespace
 
-TEST_CASE("a child that answers becomes SERVING; killing it restarts it in place") {
+TEST_CASE("a child that answers becomes SERVING, killing it restarts it in place") {
   Harness h(FastOptions());
   const auto serving = h.WaitFor(StateIs(State::kServing));
   const pid_t first = serving.pid;
