@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Runs a share inside the share-manager image and talks to it from the host.
 # Sourced by tests/container/image_test.sh and bench/container_cold_start.sh.
 #
@@ -88,6 +89,7 @@ process_start_ms() {
 # image_share_stop GRPC_PORT: SIGTERM to share-manager, as the kubelet does;
 # sets IMAGE_SHARE_EXIT to the runner's exit code. (Not in a subshell: only
 # this shell can wait for the runner.)
+# shellcheck disable=SC2034 # IMAGE_SHARE_EXIT is read by the callers
 image_share_stop() {
   local pid
   pid=$(image_share_pid "$1") && kill -TERM "$pid"

@@ -78,6 +78,7 @@ check "entrypoint is share-manager (PID 1 in the pod): $entrypoint" \
 version=$(in_image share-manager --version)
 check "share-manager --version in the image: $version" \
   test "$version" = "$("$HOST_SM" --version)"
+# shellcheck disable=SC2016 # expanded by the shell inside the image
 found=$(in_image sh -c 'for t in cc gcc g++ c++ cpp clang clang++ ld as make; do command -v "$t"; done
   dpkg-query -W -f="\${db:Status-Status} \${Package}\n" gcc g++ cpp binutils libc6-dev 2>/dev/null |
     sed -n "s/^installed //p"')
