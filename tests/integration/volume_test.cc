@@ -41,6 +41,33 @@ std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string
   return std::move(*d);
 }
 
+// A name for a loop device in a private temp dir, which can appear and vanish
+// under a running daemon as Longhorn's /dev/longhorn/<volume> does. The dir
+// is removed when this goes, pass or fail; declare it before the daemon.
+class DeviceName {
+ public:
+  DeviceName() {
+    char tmpl[] = "/tmp/sharemgr-device-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir_ = tmpl;
+  }
+  ~DeviceName() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  DeviceName(const DeviceName&) = delete;
+  DeviceName& operator=(const DeviceName&) = delete;
+
+  std::string path() const { return dir_ + "/device"; }
+  void Appear(const LoopDevice& loop) const {
+    std::filesystem::create_symlink(loop.path(), path());
+  }
+  void Vanish() const { std::filesystem::remove(path()); }
+
+ private:
+  std::string dir_;
+};
+
 std::string MountSourceOf(const std::string& target) {
   std::ifstream mounts("/proc/self/mounts");
   std::string source, t, rest;
@@ -188,18 +215,16 @@ TEST_CASE("volume 4. a failure that cannot be repaired: FAILED and exit code 5, 
   // The daemon knows the device by a name that the test then removes, as
   // Longhorn's /dev/longhorn/<volume> vanishes on a detach. (Detaching the loop
   // device itself would free its number for a test running beside this one.)
-  char tmpl[] = "/tmp/sharemgr-vol4-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string link = std::string(tmpl) + "/device";
-  std::filesystem::create_symlink(loop->path(), link);
+  const DeviceName name;
+  name.Appear(*loop);
   {
     auto d = DaemonProcess::Start(
-        {.extra_flags = {"--device", link, "--fs", "ext4", "--volume-probe-interval", "200ms",
-                         "--failed-linger", "500ms"}});
+        {.extra_flags = {"--device", name.path(), "--fs", "ext4", "--volume-probe-interval",
+                         "200ms", "--failed-linger", "500ms"}});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     // The device goes away under the mounted filesystem, then ext4 fails:
     // every repair attempt finds the device gone.
-    std::filesystem::remove(link);
+    name.Vanish();
     std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop->path()).filename().string() +
                   "/trigger_fs_error")
         << "test error\n";
@@ -212,7 +237,6 @@ TEST_CASE("volume 4. a failure that cannot be repaired: FAILED and exit code 5, 
     REQUIRE(code.ok());
     CHECK(*code == 5);
   }
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST_CASE("volume 5. trim returns the bytes trimmed") {
@@ -338,12 +362,10 @@ TEST_CASE("volume 7b. a blank device with --format-if-blank is formatted and ser
 
 TEST_CASE("volume 7c. a device that appears late: alive while awaited, then served") {
   auto loop = MakeLoop("ext4");
-  char tmpl[] = "/tmp/sharemgr-vol7c-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string link = std::string(tmpl) + "/device";  // where the device will show up
+  const DeviceName name;  // where the device will show up
   {
     auto d = DaemonProcess::Start(
-        {.extra_flags = {"--device", link, "--fs", "ext4", "--device-timeout", "30s"},
+        {.extra_flags = {"--device", name.path(), "--fs", "ext4", "--device-timeout", "30s"},
          .wait_until_serving = false});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     // Longer than the loop stall limit (3 s): waiting for an attach is not a wedged daemon.
@@ -357,13 +379,12 @@ TEST_CASE("volume 7c. a device that appears late: alive while awaited, then serv
     CHECK((*d)->output().find("liveness NOT_SERVING") == std::string::npos);
 
     REQUIRE(std::filesystem::exists(loop->path()));
-    std::filesystem::create_symlink(loop->path(), link);
+    name.Appear(*loop);
     const auto serving = (*d)->WaitServing(milliseconds(20'000));
     REQUIRE_MESSAGE(serving.ok(), serving.status().ToString());
-    CHECK(serving->device() == link);
+    CHECK(serving->device() == name.path());
     CHECK((*d)->WriteEventually("late.txt", "attached late").ok());
   }
-  std::filesystem::remove_all(tmpl);
 }
 
 TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected unmounts cleanly") {
