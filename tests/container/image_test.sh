@@ -49,6 +49,34 @@ check() { # check DESCRIPTION COMMAND...: runs the command, records the outcome.
   if "$@"; then pass "$what"; else fail "$what"; fi
 }
 in_image() { buildah "${STORAGE[@]}" run --isolation chroot "$ctr" -- "$@"; }
+eventually() { # eventually SECONDS COMMAND...: retries every 50 ms until it succeeds
+  local deadline=$(($(now_ms) + $1 * 1000))
+  shift
+  until "$@"; do
+    (($(now_ms) < deadline)) || return 1
+    sleep 0.05
+  done
+}
+# serve LOG [FLAG...]: starts the share ($volume, $nfs_port, $grpc_port) in the
+# image; the test ends here unless readiness is SERVING within 60 s.
+serve() {
+  local log=$1
+  shift
+  image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$log" "$@"
+  local cold_ms
+  if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
+    pass "readiness SERVING ${cold_ms} ms after buildah run"
+  else
+    fail "readiness SERVING within 60 s"
+    tail -n 40 "$log"
+    exit 1
+  fi
+}
+stop_cleanly() { # SIGTERM, as the kubelet sends it
+  image_share_stop "$grpc_port"
+  check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" \
+    test "$IMAGE_SHARE_EXIT" = 0
+}
 
 if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
   echo "== testing the existing image $tag"
@@ -89,14 +117,7 @@ check "the image has ganesha and its VFS plugin" \
   in_image test -x /usr/bin/ganesha.nfsd -a -e /usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so
 
 echo "== a share inside the image (NFS 127.0.0.1:$nfs_port, gRPC 127.0.0.1:$grpc_port)"
-image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$work/share.log"
-if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
-  pass "readiness SERVING ${cold_ms} ms after buildah run"
-else
-  fail "readiness SERVING within 60 s"
-  tail -n 40 "$work/share.log"
-  exit 1
-fi
+serve "$work/share.log"
 check "liveness SERVING" "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service liveness
 sm_pid=$(image_share_pid "$grpc_port")
 check "share-manager is PID 1 of its PID namespace" \
@@ -109,17 +130,9 @@ check "ganesha is the image's own binary" \
 head -c 3000 /dev/urandom >"$work/payload"
 url="nfs://127.0.0.1/$volume/from-host.bin?version=4&nfsport=$nfs_port"
 # Retried for up to 10 s: a (re)started server refuses OPEN during NFS grace.
-nfs_write() {
-  for _ in $(seq 100); do nfs-cp "$work/payload" "$url" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  return 1
-}
-nfs_read_back() {
-  for _ in $(seq 100); do
-    nfs-cat "$url" >"$work/read" 2>/dev/null && break
-    sleep 0.1
-  done
-  cmp -s "$work/payload" "$work/read"
-}
+nfs_write() { eventually 10 nfs-cp "$work/payload" "$url" >/dev/null 2>&1; }
+nfs_read() { nfs-cat "$url" >"$work/read" 2>/dev/null; } # each attempt starts the file afresh
+nfs_read_back() { eventually 10 nfs_read && cmp -s "$work/payload" "$work/read"; }
 check "NFS write from the host ($url)" nfs_write
 check "NFS read from the host returns the same bytes" nfs_read_back
 check "the bytes are in the image's export directory" \
@@ -130,33 +143,24 @@ nsenter -t "$sm_pid" -p -- sh -c 'sleep 1.5 & exit 0'
 orphan=$(pgrep -x -f "sleep 1.5" | head -n 1)
 check "an orphan in the pod is re-parented to share-manager" \
   test "$(awk '{print $4}' "/proc/$orphan/stat" 2>/dev/null)" = "$sm_pid"
-reaped() { # gone, not a zombie
-  for _ in $(seq 50); do [[ -e /proc/$1 ]] || return 0; sleep 0.1; done
-  return 1
-}
-check "share-manager reaps it when it exits" reaped "$orphan"
+gone() { [[ ! -e /proc/$1 ]]; } # a zombie would still be there
+check "share-manager reaps it when it exits" eventually 5 gone "$orphan"
 
 # A crashed ganesha is restarted in place, inside the image too.
 kill -KILL "$ganesha_pid"
 restarted() {
   local pid
-  for _ in $(seq 200); do
-    pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd || true)
-    [[ -n $pid && $pid != "$ganesha_pid" ]] &&
-      "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service readiness >/dev/null 2>&1 &&
-      return 0
-    sleep 0.05
-  done
-  return 1
+  pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd || true)
+  [[ -n $pid && $pid != "$ganesha_pid" ]] &&
+    "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service readiness >/dev/null 2>&1
 }
-check "after SIGKILL, ganesha is restarted in place and readiness is SERVING again" restarted
-rm -f "$work/read"
+check "after SIGKILL, ganesha is restarted in place and readiness is SERVING again" \
+  eventually 10 restarted
 check "the file reads back through NFS after the restart (NFS grace waited out)" nfs_read_back
 ganesha_pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd)
 buildah "${STORAGE[@]}" unmount "$ctr" >/dev/null
 
-image_share_stop "$grpc_port"
-check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" test "$IMAGE_SHARE_EXIT" = 0
+stop_cleanly
 check "ganesha is gone after the stop" test ! -e "/proc/$ganesha_pid"
 check "share-manager logged its stop" grep -q "stopped" "$work/share.log"
 ((failures == 0)) || tail -n 30 "$work/share.log"
@@ -168,20 +172,12 @@ loop_dev=$(losetup -f --show "$work/volume.img")
 volume=image-block
 grpc_port=$(free_port)
 nfs_port=$(free_port)
-image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$work/block.log" --device "$loop_dev"
-if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
-  pass "readiness SERVING ${cold_ms} ms after buildah run"
-else
-  fail "readiness SERVING within 60 s"
-  tail -n 40 "$work/block.log"
-  exit 1
-fi
+serve "$work/block.log" --device "$loop_dev"
 check "the image's e2fsck checked the device before the mount" \
   grep -q "checking $loop_dev: e2fsck" "$work/block.log"
 url="nfs://127.0.0.1/$volume/on-device.bin?version=4&nfsport=$nfs_port"
 check "NFS write from the host ($url)" nfs_write
-image_share_stop "$grpc_port"
-check "SIGTERM stops share-manager with exit code 0 (got $IMAGE_SHARE_EXIT)" test "$IMAGE_SHARE_EXIT" = 0
+stop_cleanly
 check "share-manager unmounted the device on its way out" \
   grep -q "unmounted /export/$volume" "$work/block.log"
 check "the bytes are on the device's ext4" \
