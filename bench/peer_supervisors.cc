@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "sharemgr/ganesha_config.h"
-#include "sharemgr/share.h"
 
 namespace bench {
 namespace {
@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<PeerSupervisor>> PeerSupervisor::Start(PeerKind k
   peer->export_dir_ = dir + "/export";
   const std::string state = dir + "/state";
   for (const auto& d : {peer->export_dir_, state, state + "/recovery"}) {
-    if (auto s = sharemgr::EnsureDirectory(d, 0755); !s.ok()) return s;
+    if (auto s = base::EnsureDirectory(d, 0755); !s.ok()) return s;
   }
   auto config =
       sharemgr::GaneshaConfig::Create({.volume = volume,
@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<PeerSupervisor>> PeerSupervisor::Start(PeerKind k
   std::vector<std::string> argv;
   if (kind == PeerKind::kS6) {
     const std::string svc = dir + "/svc";
-    if (auto s = sharemgr::EnsureDirectory(svc, 0755); !s.ok()) return s;
+    if (auto s = base::EnsureDirectory(svc, 0755); !s.ok()) return s;
     if (auto s = WriteFile(svc + "/run", absl::StrCat("#!/bin/sh\nexec ", ganesha, "\n"), 0755);
         !s.ok()) {
       return s;

@@ -252,7 +252,7 @@ void BenchFrozenPeer(const Options& o) {
 void BenchPeer(bench::PeerKind kind, const Options& o) {
   char tmpl[] = "/tmp/sharemgr-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) std::exit(1);
-  const uint16_t port = supervisor::FreeLoopbackPort();
+  const uint16_t port = base::FreeLoopbackPort();
   auto peer = bench::PeerSupervisor::Start(kind, tmpl, "bench", port);
   if (!peer.ok()) {
     std::cerr << peer.status() << "\n";

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "supervisor/fmt_absl.h"
+#include "base/fmt_absl.h"
 
 namespace controller {
 

@@ -11,8 +11,8 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "sharemgr/share.h"
-#include "supervisor/loopback_port.h"
+#include "base/files.h"
+#include "base/loopback_port.h"
 
 namespace controller {
 namespace {
@@ -52,15 +52,15 @@ LocalPodRuntime::~LocalPodRuntime() {
 absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                             uint64_t epoch) {
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
-  if (auto s = sharemgr::EnsureDirectory(volume_dir, 0755); !s.ok()) return s;
+  if (auto s = base::EnsureDirectory(volume_dir, 0755); !s.ok()) return s;
   Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
-  const uint16_t grpc_port = supervisor::FreeLoopbackPort();
+  const uint16_t grpc_port = base::FreeLoopbackPort();
   pod.endpoint = absl::StrCat("127.0.0.1:", grpc_port);
   {
     std::lock_guard lock(mu_);
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     auto& port = nfs_ports_[spec.volume()];
-    if (port == 0) port = supervisor::FreeLoopbackPort();
+    if (port == 0) port = base::FreeLoopbackPort();
     pod.nfs_port = port;
   }
   std::vector<std::string> argv = {options_.share_manager_binary,

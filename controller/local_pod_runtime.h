@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
 #include "supervisor/child_process.h"
-#include "supervisor/unique_fd.h"
 
 namespace controller {
 
@@ -68,8 +68,8 @@ class LocalPodRuntime final : public PodRuntime {
   std::map<std::string, LocalPod> pods_;
   std::map<std::string, uint16_t> nfs_ports_;
   Listeners listeners_;
-  supervisor::UniqueFd epoll_;
-  supervisor::UniqueFd wakeup_;
+  base::UniqueFd epoll_;
+  base::UniqueFd wakeup_;
   bool stop_ = false;
   std::vector<std::function<void()>> tasks_;
   std::thread monitor_;

@@ -10,13 +10,13 @@
 #include <iostream>
 #include <map>
 
+#include "base/clock.h"
+#include "base/fmt_absl.h"
+#include "base/validate.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
-#include "sharemgr/validate.h"
-#include "supervisor/clock.h"
-#include "supervisor/fmt_absl.h"
 
 namespace {
 
@@ -38,7 +38,7 @@ std::string SiblingBinary(const char* argv0, const std::string& name) {
 }
 
 int64_t ParseMs(const std::string& flag, const std::string& text) {
-  auto d = supervisor::ParseDuration(text);
+  auto d = base::ParseDuration(text);
   if (!d.ok()) {
     std::cerr << "share-controller: " << flag << ": " << d.status().message() << "\n";
     std::exit(2);
@@ -91,12 +91,12 @@ int main(int argc, char** argv) {
     }
   }
   for (const auto& s : shares) {
-    if (auto v = sharemgr::ValidateVolumeName(s); !v.ok()) {
+    if (auto v = base::ValidateVolumeName(s); !v.ok()) {
       std::cerr << "share-controller: " << v.message() << "\n";
       return 2;
     }
   }
-  if (auto v = sharemgr::ValidateConfigPath("--work-dir", work_dir); !v.ok()) {
+  if (auto v = base::ValidateConfigPath("--work-dir", work_dir); !v.ok()) {
     std::cerr << "share-controller: " << v.message() << "\n";
     return 2;
   }

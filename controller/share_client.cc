@@ -1,12 +1,12 @@
 #include "controller/share_client.h"
 
-#include "sharemgr/grpc_status.h"
+#include "base/grpc_status.h"
 
 namespace controller {
 namespace {
 
 namespace v1 = sharemanager::v1;
-using sharemgr::FromGrpcStatus;
+using base::FromGrpcStatus;
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint, milliseconds deadline) {
   grpc::ChannelArguments args;
@@ -42,7 +42,7 @@ absl::StatusOr<v1::ShareStatus> ShareClient::GetStatus(std::optional<millisecond
   Prepare(context, deadline);
   v1::ShareStatus status;
   if (auto s = stub_->GetStatus(&context, v1::GetStatusRequest(), &status); !s.ok()) {
-    return FromGrpcStatus(s);
+    return base::FromGrpcStatus(s);
   }
   return status;
 }
@@ -55,7 +55,7 @@ absl::StatusOr<uint64_t> ShareClient::Mount(uint64_t epoch, uint64_t generation,
   request.set_epoch(epoch);
   request.set_generation(generation);
   v1::MountResponse response;
-  if (auto s = stub_->Mount(&context, request, &response); !s.ok()) return FromGrpcStatus(s);
+  if (auto s = stub_->Mount(&context, request, &response); !s.ok()) return base::FromGrpcStatus(s);
   return response.handled_generation();
 }
 
@@ -65,7 +65,7 @@ absl::Status ShareClient::Unmount(uint64_t epoch, std::optional<milliseconds> de
   v1::UnmountRequest request;
   request.set_epoch(epoch);
   v1::UnmountResponse response;
-  return FromGrpcStatus(stub_->Unmount(&context, request, &response));
+  return base::FromGrpcStatus(stub_->Unmount(&context, request, &response));
 }
 
 absl::StatusOr<bool> ShareClient::Check(const std::string& service,
@@ -75,7 +75,8 @@ absl::StatusOr<bool> ShareClient::Check(const std::string& service,
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  if (auto s = health_->Check(&context, request, &response); !s.ok()) return FromGrpcStatus(s);
+  if (auto s = health_->Check(&context, request, &response); !s.ok())
+    return base::FromGrpcStatus(s);
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "sharemgr/exit_codes.h"
-#include "supervisor/clock.h"
 
 namespace sharemgr {
 namespace {
@@ -35,7 +35,7 @@ std::string TargetOf(const std::string& addr) {
   return addr.starts_with("/") ? "unix:" + addr : addr;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, supervisor::Duration timeout) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, base::Duration timeout) {
   grpc::ChannelArguments args;
   // gRPC uses this as the minimum connect timeout: give a slow server the
   // whole --timeout to complete the handshake, and no more.
@@ -76,7 +76,7 @@ std::string FormatUnixMs(int64_t ms) {
 }
 
 std::string Describe(const v1::ShareStatus& s) {
-  auto ms = [](uint64_t v) { return supervisor::FormatDuration(supervisor::Duration(v)); };
+  auto ms = [](uint64_t v) { return base::FormatDuration(base::Duration(v)); };
   std::string out = absl::StrCat(
       "volume:          ", s.volume(), "\n",  //
       "state:           ", v1::ShareState_Name(s.state()), " (", s.reason(), ")\n",
@@ -110,7 +110,7 @@ class Client {
 
   // Returns an exit code, or -1 when the flags are fine.
   int Init() {
-    auto timeout = supervisor::ParseDuration(flags_.timeout);
+    auto timeout = base::ParseDuration(flags_.timeout);
     if (!timeout.ok() || timeout->count() == 0) {
       std::cerr << "share-manager: --timeout: "
                 << (timeout.ok() ? "must be positive" : timeout.status().message()) << "\n";
@@ -224,7 +224,7 @@ class Client {
 
  private:
   const ClientFlags& flags_;
-  supervisor::Duration timeout_{0};
+  base::Duration timeout_{0};
   std::shared_ptr<grpc::Channel> channel_;
 };
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <thread>
 
+#include "base/files.h"
+#include "base/fmt_absl.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/health_publisher.h"
 #include "sharemgr/longhorn_service.h"
@@ -17,7 +19,6 @@
 #include "sharemgr/status_board.h"
 #include "sharemgr/volume.h"
 #include "sharemgr/volume_monitor.h"
-#include "supervisor/fmt_absl.h"
 #include "supervisor/nfs_null_probe.h"
 
 namespace sharemgr {
@@ -27,7 +28,7 @@ namespace v1 = sharemanager::v1;
 using supervisor::State;
 
 // The loop wakes every 200 ms; this much silence means it is stuck.
-constexpr supervisor::Duration kLoopStallLimit{3000};
+constexpr base::Duration kLoopStallLimit{3000};
 // In-flight RPCs get this long to finish once stopping starts.
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 
@@ -76,7 +77,7 @@ class ExportProbe {
   ExportProbe(std::string host, uint16_t port, std::string component)
       : host_(std::move(host)), port_(port), component_(std::move(component)) {}
 
-  absl::Status Probe(supervisor::Duration timeout) {
+  absl::Status Probe(base::Duration timeout) {
     if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
     auto lookup = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
     if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound) return lookup;  // a miss
@@ -130,17 +131,19 @@ int RunDaemon(const DaemonConfig& config) {
   signal(SIGPIPE, SIG_IGN);
 
   const auto& export_dir = config.ganesha.input().export_dir;
-  for (const auto& [dir, mode] :
-       {std::pair{config.state_dir, 0700u}, std::pair{config.ganesha.input().recovery_root, 0700u},
-        std::pair{export_dir, 0755u}}) {
-    if (auto status = EnsureDirectory(dir, mode); !status.ok()) {
+  // State is private; the export's root belongs to the workload (never chmod it).
+  for (const auto& [dir, mode, existing] :
+       {std::tuple{config.state_dir, 0700u, base::ExistingMode::kEnforce},
+        std::tuple{config.ganesha.input().recovery_root, 0700u, base::ExistingMode::kEnforce},
+        std::tuple{export_dir, 0755u, base::ExistingMode::kKeep}}) {
+    if (auto status = base::EnsureDirectory(dir, mode, existing); !status.ok()) {
       spdlog::error("{}", status.message());
       return kExitStartup;
     }
   }
 
   supervisor::EventLoop loop;
-  supervisor::SteadyTimeSource clock;
+  base::SteadyTimeSource clock;
   std::optional<supervisor::Supervisor> sup;
   Share share(config.ganesha, config.config_path, [&sup] {
     sup->SignalChild(SIGHUP);
@@ -265,7 +268,7 @@ int RunDaemon(const DaemonConfig& config) {
   share.SetExportCheck([&export_probe] { return export_probe.last(); });
   sup.emplace(
       loop, config.supervisor,
-      [&export_probe](supervisor::Duration timeout) { return export_probe.Probe(timeout); },
+      [&export_probe](base::Duration timeout) { return export_probe.Probe(timeout); },
       [&share] { return share.CheckReady(); }, clock);
   bool volume_failed = false;
   if (volume) {

@@ -4,20 +4,20 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "sharemgr/validate.h"
+#include "base/validate.h"
 
 namespace sharemgr {
 namespace {
 
-using supervisor::Duration;
+using base::Duration;
 
 absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string& text,
                                       Duration min) {
-  auto d = supervisor::ParseDuration(text);
+  auto d = base::ParseDuration(text);
   if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", d.status().message()));
   if (*d < min) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be at least ", supervisor::FormatDuration(min)));
+        absl::StrCat(flag, " must be at least ", base::FormatDuration(min)));
   }
   return d;
 }
@@ -30,13 +30,13 @@ absl::Status ValidateListen(const std::string& listen) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
   }
-  if (auto s = ValidatePort("--listen", port); !s.ok()) return s;
+  if (auto s = base::ValidatePort("--listen", port); !s.ok()) return s;
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   if (host.empty() || host == "localhost") return absl::OkStatus();
-  return ValidateIpAddress("--listen", host);
+  return base::ValidateIpAddress("--listen", host);
 }
 
 std::string ProbeHost(const std::string& bind) {
@@ -117,13 +117,13 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
 }
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
-  if (auto s = ValidateVolumeName(f.volume); !s.ok()) return s;
+  if (auto s = base::ValidateVolumeName(f.volume); !s.ok()) return s;
   const std::string state_dir =
       f.state_dir.empty() ? absl::StrCat("/var/lib/share-manager/", f.volume) : f.state_dir;
-  if (auto s = ValidateConfigPath("--state-dir", state_dir); !s.ok()) return s;
+  if (auto s = base::ValidateConfigPath("--state-dir", state_dir); !s.ok()) return s;
   if (auto s = ValidateListen(f.listen); !s.ok()) return s;
   if (!f.socket.empty()) {
-    if (auto s = ValidateConfigPath("--socket", f.socket); !s.ok()) return s;
+    if (auto s = base::ValidateConfigPath("--socket", f.socket); !s.ok()) return s;
   }
   if (f.probe_failures < 1 || f.probe_failures > 100) {
     return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");
@@ -181,14 +181,14 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   mount_options.insert(mount_options.end(), f.longhorn_mount_options.begin(),
                        f.longhorn_mount_options.end());
   if (!device.empty()) {
-    if (auto s = ValidateConfigPath("--device", device); !s.ok()) return s;
+    if (auto s = base::ValidateConfigPath("--device", device); !s.ok()) return s;
     auto device_timeout = FlagDuration("--device-timeout", f.device_timeout, Duration(0));
     if (!device_timeout.ok()) return device_timeout.status();
     for (const auto& o : mount_options) {
-      if (auto s = ValidateOption("--mount-option", o, ","); !s.ok()) return s;
+      if (auto s = base::ValidateOption("--mount-option", o, ","); !s.ok()) return s;
     }
     for (const auto& o : f.mkfs_options) {
-      if (auto s = ValidateOption("--mkfs-option", o, ""); !s.ok()) return s;
+      if (auto s = base::ValidateOption("--mkfs-option", o, ""); !s.ok()) return s;
     }
     volume = VolumeConfig{.device = device,
                           .fs = f.fs == "xfs" ? FsType::kXfs : FsType::kExt4,

@@ -64,7 +64,7 @@ struct DaemonConfig {
   uint64_t epoch = 0;
   supervisor::SupervisorOptions supervisor;
   std::optional<VolumeConfig> volume;
-  supervisor::Duration volume_probe_interval{1000};
+  base::Duration volume_probe_interval{1000};
 };
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& flags);

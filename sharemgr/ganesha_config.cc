@@ -2,19 +2,19 @@
 
 #include <fmt/format.h>
 
-#include "sharemgr/validate.h"
+#include "base/validate.h"
 
 namespace sharemgr {
 
 absl::StatusOr<GaneshaConfig> GaneshaConfig::Create(GaneshaConfigInput input) {
   for (const absl::Status& status : {
-           ValidateVolumeName(input.volume),
-           ValidateConfigPath("--export-dir", input.export_dir),
-           ValidateIpAddress("--nfs-address", input.bind_address),
-           ValidatePort("--nfs-port", input.nfs_port),
-           ValidateGraceAndLease(input.grace_seconds, input.lease_seconds),
-           ValidateConfigPath("--state-dir", input.recovery_root),
-           ValidateConfigPath("--ganesha-plugins-dir", input.plugins_dir),
+           base::ValidateVolumeName(input.volume),
+           base::ValidateConfigPath("--export-dir", input.export_dir),
+           base::ValidateIpAddress("--nfs-address", input.bind_address),
+           base::ValidatePort("--nfs-port", input.nfs_port),
+           base::ValidateGraceAndLease(input.grace_seconds, input.lease_seconds),
+           base::ValidateConfigPath("--state-dir", input.recovery_root),
+           base::ValidateConfigPath("--ganesha-plugins-dir", input.plugins_dir),
        }) {
     if (!status.ok()) return status;
   }

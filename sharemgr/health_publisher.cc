@@ -3,16 +3,16 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "base/fmt_absl.h"
 #include "sharemgr/health_names.h"
-#include "supervisor/fmt_absl.h"
 
 namespace sharemgr {
 
 using supervisor::State;
 
 HealthPublisher::HealthPublisher(grpc::HealthCheckServiceInterface& health,
-                                 std::function<supervisor::TimePoint()> last_tick,
-                                 supervisor::Duration stall_limit)
+                                 std::function<base::TimePoint()> last_tick,
+                                 base::Duration stall_limit)
     : health_(health), last_tick_(std::move(last_tick)), stall_limit_(stall_limit) {
   Apply();
   watchdog_ = std::thread([this] { Watchdog(); });
@@ -59,15 +59,14 @@ void HealthPublisher::Watchdog() {
     // (e2fsck may take minutes); that phase is bounded by the startup probe,
     // and a liveness failure would only restart the check.
     const auto last_tick = last_tick_();
-    if (last_tick == supervisor::TimePoint{}) continue;
-    const auto silent = supervisor::Clock::now() - last_tick;
+    if (last_tick == base::TimePoint{}) continue;
+    const auto silent = base::Clock::now() - last_tick;
     const bool stalled = silent > stall_limit_;
     if (stalled == stalled_) continue;
     stalled_ = stalled;
     if (stalled) {
-      spdlog::error(
-          "supervisor loop silent for {}; liveness NOT_SERVING",
-          supervisor::FormatDuration(std::chrono::duration_cast<supervisor::Duration>(silent)));
+      spdlog::error("supervisor loop silent for {}; liveness NOT_SERVING",
+                    base::FormatDuration(std::chrono::duration_cast<base::Duration>(silent)));
     } else {
       spdlog::info("supervisor loop ticking again; liveness restored");
     }

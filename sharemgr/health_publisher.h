@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-#include "supervisor/clock.h"
+#include "base/clock.h"
 #include "supervisor/health_state.h"
 
 namespace grpc {
@@ -24,8 +24,7 @@ class HealthPublisher {
   // it first runs); a running loop silent for longer than `stall_limit` makes
   // liveness NOT_SERVING.
   HealthPublisher(grpc::HealthCheckServiceInterface& health,
-                  std::function<supervisor::TimePoint()> last_tick,
-                  supervisor::Duration stall_limit);
+                  std::function<base::TimePoint()> last_tick, base::Duration stall_limit);
   ~HealthPublisher();
   HealthPublisher(const HealthPublisher&) = delete;
   HealthPublisher& operator=(const HealthPublisher&) = delete;
@@ -38,8 +37,8 @@ class HealthPublisher {
   void Watchdog();
 
   grpc::HealthCheckServiceInterface& health_;
-  std::function<supervisor::TimePoint()> last_tick_;
-  supervisor::Duration stall_limit_;
+  std::function<base::TimePoint()> last_tick_;
+  base::Duration stall_limit_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool quit_ = false;

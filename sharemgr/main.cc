@@ -6,11 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "base/fmt_absl.h"
 #include "sharemgr/client_commands.h"
 #include "sharemgr/daemon.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/exit_codes.h"
-#include "supervisor/fmt_absl.h"
 
 namespace {
 

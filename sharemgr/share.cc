@@ -11,55 +11,17 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "supervisor/fmt_absl.h"
-#include "supervisor/unique_fd.h"
+#include "base/files.h"
+#include "base/fmt_absl.h"
 
 namespace sharemgr {
-namespace {
-
-absl::Status Errno(const char* what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  supervisor::UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return Errno("cannot create", tmp);
-  size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = write(fd.get(), content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", tmp);
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd.get()) != 0) return Errno("cannot fsync", tmp);
-  fd.reset();
-  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status EnsureDirectory(const std::string& path, unsigned mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", ec.message()));
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return Errno("cannot stat", path);
-  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
-  if ((st.st_mode & 07777) != mode) chmod(path.c_str(), mode);
-  return absl::OkStatus();
-}
-
 Share::Share(GaneshaConfig config, std::string config_path, std::function<void()> reload)
     : config_(std::move(config)),
       config_path_(std::move(config_path)),
       reload_(std::move(reload)) {}
 
 absl::Status Share::WriteConfig() const {
-  return WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_));
+  return base::WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_));
 }
 
 void Share::SetVolumeAvailable(bool available) {
@@ -113,7 +75,8 @@ absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
                  generation_);
     return generation_;
   }
-  if (auto status = EnsureDirectory(config_.input().export_dir, 0755); !status.ok()) return status;
+  if (auto status = base::EnsureDirectory(config_.input().export_dir, 0755); !status.ok())
+    return status;
   const bool was_exported = exported_;
   exported_ = true;
   if (auto status = WriteConfig(); !status.ok()) {

@@ -62,7 +62,4 @@ class Share {
   uint64_t generation_ = 0;
 };
 
-// Creates the directory (and parents) with `mode` when missing.
-absl::Status EnsureDirectory(const std::string& path, unsigned mode);
-
 }  // namespace sharemgr

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "sharemgr/grpc_status.h"
+#include "base/grpc_status.h"
 
 namespace sharemgr {
 namespace {
@@ -78,15 +78,15 @@ absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
 grpc::Status ShareService::Mount(grpc::ServerContext* context,
                                  const sharemanager::v1::MountRequest* request,
                                  sharemanager::v1::MountResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
   if (auto attached = RunVolumeStep(context, commands_.attach_volume, "mount the volume");
       !attached.ok()) {
-    return ToGrpcStatus(attached);
+    return base::ToGrpcStatus(attached);
   }
   const uint64_t generation = request->generation();
   const auto handled =
       RunOnLoop(context, [mount = commands_.mount, generation] { return mount(generation); });
-  if (!handled.ok()) return ToGrpcStatus(handled.status());
+  if (!handled.ok()) return base::ToGrpcStatus(handled.status());
   response->set_handled_generation(*handled);
   *response->mutable_status() = Current();
   return grpc::Status::OK;
@@ -95,15 +95,15 @@ grpc::Status ShareService::Mount(grpc::ServerContext* context,
 grpc::Status ShareService::Unmount(grpc::ServerContext* context,
                                    const sharemanager::v1::UnmountRequest* request,
                                    sharemanager::v1::UnmountResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
   const auto done = RunOnLoop(context, [unmount = commands_.unmount]() -> absl::StatusOr<uint64_t> {
     if (auto status = unmount(); !status.ok()) return status;
     return 0;
   });
-  if (!done.ok()) return ToGrpcStatus(done.status());
+  if (!done.ok()) return base::ToGrpcStatus(done.status());
   if (auto released = RunVolumeStep(context, commands_.release_volume, "unmount the volume");
       !released.ok()) {
-    return ToGrpcStatus(released);
+    return base::ToGrpcStatus(released);
   }
   *response->mutable_status() = Current();
   return grpc::Status::OK;
@@ -185,9 +185,9 @@ absl::Status ShareService::RunVolumeStep(grpc::ServerContext* context,
 grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
                                           const sharemanager::v1::FilesystemTrimRequest* request,
                                           sharemanager::v1::FilesystemTrimResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
   auto trimmed = RunExclusive<uint64_t>(context, commands_.trim, "trim");
-  if (!trimmed.ok()) return ToGrpcStatus(trimmed.status());
+  if (!trimmed.ok()) return base::ToGrpcStatus(trimmed.status());
   response->set_bytes_trimmed(*trimmed);
   return grpc::Status::OK;
 }
@@ -195,9 +195,9 @@ grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
 grpc::Status ShareService::FilesystemResize(
     grpc::ServerContext* context, const sharemanager::v1::FilesystemResizeRequest* request,
     sharemanager::v1::FilesystemResizeResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return ToGrpcStatus(status);
+  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
   auto resized = RunExclusive<ResizeResult>(context, commands_.resize, "resize");
-  if (!resized.ok()) return ToGrpcStatus(resized.status());
+  if (!resized.ok()) return base::ToGrpcStatus(resized.status());
   response->set_old_size_bytes(resized->old_size_bytes);
   response->set_new_size_bytes(resized->new_size_bytes);
   response->set_resized(resized->new_size_bytes != resized->old_size_bytes);

@@ -19,10 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "supervisor/clock.h"
-#include "supervisor/fmt_absl.h"
+#include "base/clock.h"
+#include "base/fmt_absl.h"
+#include "base/unique_fd.h"
 #include "supervisor/run_program.h"
-#include "supervisor/unique_fd.h"
 
 namespace sharemgr {
 namespace {
@@ -87,7 +87,7 @@ absl::Status Volume::WaitForDevice() const {
     const auto now = Clock::now();
     if (now >= deadline) {
       return absl::NotFoundError(absl::StrCat("device ", config_.device, " did not appear within ",
-                                              supervisor::FormatDuration(config_.device_timeout),
+                                              base::FormatDuration(config_.device_timeout),
                                               " (--device-timeout)"));
     }
     if (now >= next_log) {
@@ -247,7 +247,7 @@ MountState Volume::ReadMountState() const {
 }
 
 absl::StatusOr<uint64_t> Volume::Trim() const {
-  supervisor::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  base::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd)
     return absl::UnavailableError(
         absl::StrCat("open ", config_.target, ": ", std::strerror(errno)));

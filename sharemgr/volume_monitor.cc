@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "supervisor/fmt_absl.h"
+#include "base/fmt_absl.h"
 
 namespace sharemgr {
 namespace {
@@ -60,7 +60,7 @@ absl::Status ProbeIo(const std::string& target) {
 }  // namespace
 
 VolumeMonitor::VolumeMonitor(supervisor::EventLoop& loop, Volume& volume,
-                             supervisor::Duration probe_interval, VolumeHooks hooks)
+                             base::Duration probe_interval, VolumeHooks hooks)
     : loop_(loop),
       volume_(volume),
       probe_interval_(probe_interval),
@@ -91,11 +91,11 @@ void VolumeMonitor::Check() {
   if (probe_worker_.busy()) {
     recheck_ = true;
     // The previous probe is still in the kernel: past the interval, that is a failure.
-    if (supervisor::Clock::now() - probe_worker_.started() >= probe_interval_) {
+    if (base::Clock::now() - probe_worker_.started() >= probe_interval_) {
       Health stuck = health_;
       stuck.condition = VolumeCondition::kStuck;
       stuck.detail = absl::StrCat("I/O probe of ", volume_.config().target, " stuck for over ",
-                                  supervisor::FormatDuration(probe_interval_));
+                                  base::FormatDuration(probe_interval_));
       OnHealth(stuck);
     }
     return;

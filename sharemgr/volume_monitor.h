@@ -42,7 +42,7 @@ class VolumeMonitor {
  public:
   static constexpr int kMaxRepairAttempts = 3;
 
-  VolumeMonitor(supervisor::EventLoop& loop, Volume& volume, supervisor::Duration probe_interval,
+  VolumeMonitor(supervisor::EventLoop& loop, Volume& volume, base::Duration probe_interval,
                 VolumeHooks hooks);
   ~VolumeMonitor();
   VolumeMonitor(const VolumeMonitor&) = delete;
@@ -78,7 +78,7 @@ class VolumeMonitor {
 
   supervisor::EventLoop& loop_;
   Volume& volume_;
-  supervisor::Duration probe_interval_;
+  base::Duration probe_interval_;
   VolumeHooks hooks_;
   Health health_;
   bool repairing_ = false;
@@ -89,7 +89,7 @@ class VolumeMonitor {
   std::atomic<uint64_t> size_bytes_{0};
   std::atomic<uint64_t> free_bytes_{0};
   int attempts_ = 0;
-  supervisor::UniqueFd mountinfo_;
+  base::UniqueFd mountinfo_;
   uint64_t mountinfo_token_ = 0;
   supervisor::Timer probe_timer_;
   supervisor::Timer retry_timer_;

@@ -101,10 +101,10 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
 
   int out[2], report[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Errno("pipe2");
-  UniqueFd out_read(out[0]), out_write(out[1]);
+  base::UniqueFd out_read(out[0]), out_write(out[1]);
   if (pipe2(report, O_CLOEXEC) != 0) return Errno("pipe2");
-  UniqueFd report_read(report[0]), report_write(report[1]);
-  UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  base::UniqueFd report_read(report[0]), report_write(report[1]);
+  base::UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull) return Errno("open /dev/null");
 
   const pid_t parent = getpid();
@@ -134,7 +134,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
         absl::StrCat("cannot execute ", *path, ": ", std::strerror(child_errno)));
   }
 
-  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  base::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd) {
     const auto status = Errno("pidfd_open");
     kill(pid, SIGKILL);

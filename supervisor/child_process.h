@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "supervisor/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace supervisor {
 
@@ -51,12 +51,12 @@ class ChildProcess {
   static std::unique_lock<std::mutex> LockSpawns();
 
  private:
-  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd output)
+  ChildProcess(pid_t pid, base::UniqueFd pidfd, base::UniqueFd output)
       : pid_(pid), pidfd_(std::move(pidfd)), output_(std::move(output)) {}
 
   pid_t pid_ = -1;
-  UniqueFd pidfd_;
-  UniqueFd output_;
+  base::UniqueFd pidfd_;
+  base::UniqueFd output_;
 };
 
 }  // namespace supervisor

@@ -70,7 +70,8 @@ void EventLoop::RunPosted() {
 }
 
 void EventLoop::Tick() {
-  last_tick_ms_ = std::chrono::duration_cast<Duration>(Clock::now().time_since_epoch()).count();
+  last_tick_ms_ =
+      std::chrono::duration_cast<base::Duration>(base::Clock::now().time_since_epoch()).count();
 }
 
 void EventLoop::Run() {
@@ -111,8 +112,8 @@ Timer::Timer(EventLoop& loop, EventLoop::Task on_fire)
 
 Timer::~Timer() { loop_.Unwatch(token_); }
 
-void Timer::Set(Duration first, Duration period) {
-  auto to_spec = [](Duration d) {
+void Timer::Set(base::Duration first, base::Duration period) {
+  auto to_spec = [](base::Duration d) {
     timespec ts{};
     ts.tv_sec = static_cast<time_t>(d.count() / 1000);
     ts.tv_nsec = static_cast<long>((d.count() % 1000) * 1'000'000);
@@ -124,7 +125,7 @@ void Timer::Set(Duration first, Duration period) {
   timerfd_settime(fd_.get(), 0, &spec, nullptr);
 }
 
-void Timer::Arm(Duration delay) {
+void Timer::Arm(base::Duration delay) {
   // A zero it_value would disarm the timer; fire "now" as 1 ns instead.
   if (delay.count() <= 0) {
     itimerspec spec{};
@@ -132,11 +133,11 @@ void Timer::Arm(Duration delay) {
     timerfd_settime(fd_.get(), 0, &spec, nullptr);
     return;
   }
-  Set(delay, Duration(0));
+  Set(delay, base::Duration(0));
 }
 
-void Timer::ArmPeriodic(Duration period) { Set(period, period); }
+void Timer::ArmPeriodic(base::Duration period) { Set(period, period); }
 
-void Timer::Disarm() { Set(Duration(0), Duration(0)); }
+void Timer::Disarm() { Set(base::Duration(0), base::Duration(0)); }
 
 }  // namespace supervisor

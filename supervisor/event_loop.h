@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "supervisor/clock.h"
-#include "supervisor/unique_fd.h"
+#include "base/clock.h"
+#include "base/unique_fd.h"
 
 namespace supervisor {
 
@@ -20,7 +20,7 @@ class EventLoop {
   using Handler = std::function<void(uint32_t events)>;
   using Task = std::function<void()>;
   // The loop wakes at least this often, so its heartbeat proves it is not stuck.
-  static constexpr Duration kHeartbeat{200};
+  static constexpr base::Duration kHeartbeat{200};
 
   EventLoop();
   EventLoop(const EventLoop&) = delete;
@@ -36,16 +36,18 @@ class EventLoop {
   void Run();
   void Quit() { running_ = false; }
 
-  // When the loop last woke up (TimePoint{} until Run() starts); read by the
+  // When the loop last woke up (base::TimePoint{} until Run() starts); read by the
   // liveness watchdog from any thread.
-  TimePoint last_tick() const { return TimePoint(Duration(last_tick_ms_.load())); }
+  base::TimePoint last_tick() const {
+    return base::TimePoint(base::Duration(last_tick_ms_.load()));
+  }
 
  private:
   void RunPosted();
   void Tick();
 
-  UniqueFd epoll_;
-  UniqueFd wakeup_;
+  base::UniqueFd epoll_;
+  base::UniqueFd wakeup_;
   uint64_t next_token_ = 1;
   struct Watched {
     int fd;
@@ -66,15 +68,15 @@ class Timer {
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
-  void Arm(Duration delay);
-  void ArmPeriodic(Duration period);
+  void Arm(base::Duration delay);
+  void ArmPeriodic(base::Duration period);
   void Disarm();
 
  private:
-  void Set(Duration first, Duration period);
+  void Set(base::Duration first, base::Duration period);
 
   EventLoop& loop_;
-  UniqueFd fd_;
+  base::UniqueFd fd_;
   uint64_t token_;
   EventLoop::Task on_fire_;
 };

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "supervisor/clock.h"
+#include "base/clock.h"
 
 namespace supervisor {
 

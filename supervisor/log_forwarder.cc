@@ -6,7 +6,7 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
-#include "supervisor/fmt_absl.h"
+#include "base/fmt_absl.h"
 
 namespace supervisor {
 
@@ -71,7 +71,7 @@ LogFileFollower::~LogFileFollower() {
 }
 
 void LogFileFollower::Drain() {
-  UniqueFd fd(open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  base::UniqueFd fd(open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return;
   struct stat st {};
   if (fstat(fd.get(), &st) == 0 && st.st_size < offset_) offset_ = 0;  // truncated

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/unique_fd.h"
 #include "supervisor/event_loop.h"
-#include "supervisor/unique_fd.h"
 
 namespace spdlog {
 class logger;
@@ -46,7 +46,7 @@ class LogFileFollower {
   EventLoop& loop_;
   std::string path_;
   LineLogger lines_;
-  UniqueFd inotify_;
+  base::UniqueFd inotify_;
   uint64_t token_ = 0;
   off_t offset_ = 0;
 };

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "supervisor/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace supervisor {
 namespace {
@@ -96,13 +96,14 @@ absl::Status Errno(const char* what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-int RemainingMs(TimePoint deadline) {
-  const auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now()).count();
+int RemainingMs(base::TimePoint deadline) {
+  const auto left =
+      std::chrono::duration_cast<base::Duration>(deadline - base::Clock::now()).count();
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
 // Waits for `events` on fd until the deadline.
-absl::Status WaitFor(int fd, short events, TimePoint deadline, const char* what) {
+absl::Status WaitFor(int fd, short events, base::TimePoint deadline, const char* what) {
   for (;;) {
     pollfd p{fd, events, 0};
     const int timeout = RemainingMs(deadline);
@@ -113,7 +114,7 @@ absl::Status WaitFor(int fd, short events, TimePoint deadline, const char* what)
   }
 }
 
-absl::Status ReadExactly(int fd, uint8_t* buf, size_t len, TimePoint deadline) {
+absl::Status ReadExactly(int fd, uint8_t* buf, size_t len, base::TimePoint deadline) {
   size_t got = 0;
   while (got < len) {
     if (auto s = WaitFor(fd, POLLIN, deadline, "waiting for the NULL reply"); !s.ok()) return s;
@@ -128,7 +129,8 @@ absl::Status ReadExactly(int fd, uint8_t* buf, size_t len, TimePoint deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueFd> Connect(const std::string& host, uint16_t port, TimePoint deadline) {
+absl::StatusOr<base::UniqueFd> Connect(const std::string& host, uint16_t port,
+                                       base::TimePoint deadline) {
   sockaddr_storage addr{};
   socklen_t addr_len = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
@@ -144,7 +146,7 @@ absl::StatusOr<UniqueFd> Connect(const std::string& host, uint16_t port, TimePoi
   } else {
     return absl::InvalidArgumentError(absl::StrCat("not an IP address: ", host));
   }
-  UniqueFd fd(socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  base::UniqueFd fd(socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return Errno("socket");
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
     if (errno != EINPROGRESS) return Errno("connect");
@@ -215,7 +217,8 @@ absl::Status ParseReplyHeader(XdrReader& r, uint32_t xid) {
 
 // Connects, sends one record-marked call and reads one reply record, all within the timeout.
 absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t port,
-                                              const std::vector<uint8_t>& call, Duration timeout);
+                                              const std::vector<uint8_t>& call,
+                                              base::Duration timeout);
 
 }  // namespace
 
@@ -235,8 +238,9 @@ absl::StatusOr<uint32_t> ParseCompoundStatus(std::span<const uint8_t> record, ui
 namespace {
 
 absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t port,
-                                              const std::vector<uint8_t>& call, Duration timeout) {
-  const TimePoint deadline = Clock::now() + timeout;
+                                              const std::vector<uint8_t>& call,
+                                              base::Duration timeout) {
+  const base::TimePoint deadline = base::Clock::now() + timeout;
   auto fd = Connect(host, port, deadline);
   if (!fd.ok()) return fd.status();
   size_t sent = 0;
@@ -267,7 +271,7 @@ uint32_t NextXid() {
 
 }  // namespace
 
-absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout) {
+absl::Status ProbeNfsNull(const std::string& host, uint16_t port, base::Duration timeout) {
   const uint32_t xid = NextXid();
   auto reply = Exchange(host, port, EncodeNullCall(xid), timeout);
   if (!reply.ok()) return reply.status();
@@ -275,7 +279,7 @@ absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeo
 }
 
 absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::string& component,
-                            Duration timeout) {
+                            base::Duration timeout) {
   const uint32_t xid = NextXid();
   auto reply = Exchange(host, port, EncodeLookupCall(xid, component), timeout);
   if (!reply.ok()) return reply.status();

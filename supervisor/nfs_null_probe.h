@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "supervisor/clock.h"
+#include "base/clock.h"
 
 namespace supervisor {
 
@@ -27,7 +27,7 @@ absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid);
 
 // Connects to host:port (IPv4 or IPv6 literal), sends NULL and waits for the
 // reply, all within `timeout`. Never blocks longer than that.
-absl::Status ProbeNfsNull(const std::string& host, uint16_t port, Duration timeout);
+absl::Status ProbeNfsNull(const std::string& host, uint16_t port, base::Duration timeout);
 
 // NULL also answers with no export loaded (ganesha keeps running when an
 // export fails to load), so readiness asks for the export itself: an NFSv4
@@ -37,6 +37,6 @@ std::vector<uint8_t> EncodeLookupCall(uint32_t xid, const std::string& component
 absl::StatusOr<uint32_t> ParseCompoundStatus(std::span<const uint8_t> record, uint32_t xid);
 // Ok when /component is exported; NotFound when ganesha does not export it.
 absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::string& component,
-                            Duration timeout);
+                            base::Duration timeout);
 
 }  // namespace supervisor

@@ -4,7 +4,7 @@
 
 namespace supervisor {
 
-RestartDecision RestartPolicy::OnDeath(TimePoint now) {
+RestartDecision RestartPolicy::OnDeath(base::TimePoint now) {
   deaths_.push_back(now);
   while (!deaths_.empty() && now - deaths_.front() > options_.death_window) deaths_.pop_front();
 
@@ -13,7 +13,7 @@ RestartDecision RestartPolicy::OnDeath(TimePoint now) {
   decision.deaths_in_window = static_cast<int>(deaths_.size());
   decision.give_up = decision.deaths_in_window > options_.max_deaths;
   if (streak_ > 0) {
-    Duration delay = options_.initial_backoff;
+    base::Duration delay = options_.initial_backoff;
     for (int i = 1; i < streak_ && delay < options_.max_backoff; ++i) delay *= 2;
     decision.delay = std::min(delay, options_.max_backoff);
   }

@@ -8,16 +8,16 @@
 #include <sys/wait.h>
 
 #include "absl/strings/str_cat.h"
-#include "supervisor/fmt_absl.h"
+#include "base/fmt_absl.h"
 
 namespace supervisor {
 namespace {
 
 // While a new child has not answered yet, probe often: readiness should follow
 // ganesha's start-up within milliseconds, not a whole probe interval.
-constexpr Duration kStartupProbeInterval{10};
+constexpr base::Duration kStartupProbeInterval{10};
 // How long ProbeSoon keeps that cadence while the share is not ready.
-constexpr Duration kProbeSoonWindow{2000};
+constexpr base::Duration kProbeSoonWindow{2000};
 
 sigset_t SupervisedSignals() {
   sigset_t set;
@@ -40,7 +40,7 @@ void BecomeSubreaper() {
 }
 
 Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober,
-                       ReadinessCheck ready, const TimeSource& clock)
+                       ReadinessCheck ready, const base::TimeSource& clock)
     : loop_(loop),
       options_(std::move(options)),
       prober_(std::move(prober)),
@@ -52,7 +52,7 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
       stop_timer_(loop,
                   [this] {
                     spdlog::warn("ganesha did not stop within {}; sending SIGKILL",
-                                 FormatDuration(options_.stop_timeout));
+                                 base::FormatDuration(options_.stop_timeout));
                     SignalChild(SIGKILL);
                   }),
       linger_timer_(loop, [this] { Finish(Outcome::kFailed); }),
@@ -105,7 +105,7 @@ void Supervisor::Publish() {
 void Supervisor::SpawnChild() {
   if (outcome_ || status_.state == State::kStopping) return;
   auto child = ChildProcess::Spawn(options_.command);
-  const TimePoint now = clock_.Now();
+  const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);
   if (!child.ok()) {
     spdlog::error("cannot start ganesha: {}", child.status().message());
@@ -195,16 +195,16 @@ void Supervisor::OnChildExit() {
         State::kFailed,
         absl::StrCat("ganesha pid ", pid, " ", status_.last_exit_description, "; ",
                      decision.deaths_in_window, " deaths within ",
-                     FormatDuration(options_.restart.death_window), " exceed the budget of ",
+                     base::FormatDuration(options_.restart.death_window), " exceed the budget of ",
                      options_.restart.max_deaths, "; giving up"));
     Publish();
     linger_timer_.Arm(options_.failed_linger);
     return;
   }
-  const std::string reason =
-      absl::StrCat("ganesha pid ", pid, " ", status_.last_exit_description, "; restarting",
-                   decision.delay.count() > 0 ? absl::StrCat(" in ", FormatDuration(decision.delay))
-                                              : std::string(" now"));
+  const std::string reason = absl::StrCat(
+      "ganesha pid ", pid, " ", status_.last_exit_description, "; restarting",
+      decision.delay.count() > 0 ? absl::StrCat(" in ", base::FormatDuration(decision.delay))
+                                 : std::string(" now"));
   if (!machine_.TransitionTo(State::kDegraded, reason)) status_.reason = reason;
   status_.restarts++;
   Publish();
@@ -242,7 +242,7 @@ void Supervisor::OnProbeTimer() {
   if (!child_) return;
   if (!answered_ && clock_.Now() > start_deadline_) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
-                      FormatDuration(options_.start_timeout),
+                      base::FormatDuration(options_.start_timeout),
                       " of starting (last: ", last_probe_error_, ")"));
     return;
   }
@@ -339,7 +339,7 @@ void Supervisor::Stop(std::string reason) {
     return;
   }
   spdlog::info("stopping ganesha pid {} (SIGTERM, SIGKILL after {})", child_->pid(),
-               FormatDuration(options_.stop_timeout));
+               base::FormatDuration(options_.stop_timeout));
   child_->SignalGroup(SIGTERM);
   child_->SignalGroup(SIGCONT);  // a stopped (hung) ganesha cannot act on SIGTERM otherwise
   stop_timer_.Arm(options_.stop_timeout);

@@ -29,14 +29,14 @@ struct SupervisorOptions {
   std::vector<std::string> command;
   // The child's own log file, forwarded line by line (empty: none).
   std::string log_file;
-  Duration probe_interval{1000};
+  base::Duration probe_interval{1000};
   // Consecutive missed probes that make a running child "hung".
   int probe_failures = 3;
   // How long a new child may take to answer its first probe.
-  Duration start_timeout{std::chrono::seconds(30)};
-  Duration stop_timeout{std::chrono::seconds(10)};
+  base::Duration start_timeout{std::chrono::seconds(30)};
+  base::Duration stop_timeout{std::chrono::seconds(10)};
   // How long the FAILED status stays readable before Run() ends.
-  Duration failed_linger{std::chrono::seconds(5)};
+  base::Duration failed_linger{std::chrono::seconds(5)};
   RestartPolicyOptions restart;
 };
 
@@ -57,13 +57,13 @@ enum class Outcome { kStopped, kFailed };
 class Supervisor {
  public:
   // Runs on a worker thread; must return within `timeout`.
-  using Prober = std::function<absl::Status(Duration timeout)>;
+  using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
   using StatusObserver = std::function<void(const SupervisorStatus&)>;
 
   Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober, ReadinessCheck ready,
-             const TimeSource& clock);
+             const base::TimeSource& clock);
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -106,7 +106,7 @@ class Supervisor {
   SupervisorOptions options_;
   Prober prober_;
   ReadinessCheck ready_;
-  const TimeSource& clock_;
+  const base::TimeSource& clock_;
   RestartPolicy policy_;
   HealthStateMachine machine_;
   SupervisorStatus status_;
@@ -117,7 +117,7 @@ class Supervisor {
   uint64_t pidfd_token_ = 0;
   uint64_t output_token_ = 0;
   uint64_t signal_token_ = 0;
-  UniqueFd signal_fd_;
+  base::UniqueFd signal_fd_;
   std::optional<LineLogger> output_;
   std::optional<LogFileFollower> log_file_;
   bool answered_ = false;
@@ -125,8 +125,8 @@ class Supervisor {
   int misses_ = 0;
   std::string last_probe_error_;
   std::string kill_reason_;
-  TimePoint start_deadline_{};
-  std::optional<TimePoint> fast_until_;
+  base::TimePoint start_deadline_{};
+  std::optional<base::TimePoint> fast_until_;
   std::optional<Outcome> outcome_;
 
   Timer probe_timer_;

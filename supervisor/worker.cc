@@ -15,7 +15,7 @@ struct Worker::State {
   Done done;
   bool busy = false;
   bool quit = false;
-  TimePoint started{};
+  base::TimePoint started{};
   std::thread thread;
 };
 
@@ -66,7 +66,7 @@ bool Worker::TryRun(Task task, Done done) {
     std::lock_guard lock(state_->mu);
     if (state_->busy) return false;
     state_->busy = true;
-    state_->started = Clock::now();
+    state_->started = base::Clock::now();
     state_->task = std::move(task);
     state_->done = std::move(done);
   }
@@ -79,7 +79,7 @@ bool Worker::busy() const {
   return state_->busy;
 }
 
-TimePoint Worker::started() const {
+base::TimePoint Worker::started() const {
   std::lock_guard lock(state_->mu);
   return state_->started;
 }

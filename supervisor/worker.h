@@ -27,7 +27,7 @@ class Worker {
   bool TryRun(Task task, Done done);
   bool busy() const;
   // When the running task started (for deadlines enforced by the caller).
-  TimePoint started() const;
+  base::TimePoint started() const;
 
  private:
   struct State;

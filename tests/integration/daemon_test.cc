@@ -340,7 +340,7 @@ TEST_CASE("client commands: status --json, probe exit codes, unreachable server"
   const auto unknown =
       RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "nope"});
   CHECK(unknown.exit_code == 3);  // NOT_FOUND from the health service: an RPC failure
-  const auto closed = supervisor::FreeLoopbackPort();
+  const auto closed = base::FreeLoopbackPort();
   const auto refused = RunCommand({ShareManagerBinary(), "status", "--addr",
                                    "127.0.0.1:" + std::to_string(closed), "--timeout", "1s"});
   CHECK(refused.exit_code == 2);
@@ -358,7 +358,7 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
   const auto result =
       RunCommand({ShareManagerBinary(), "daemon", "--volume", "pvc-dup", "--export-dir", dir + "/e",
                   "--state-dir", dir + "/s", "--nfs-address", "127.0.0.1", "--nfs-port",
-                  std::to_string(supervisor::FreeLoopbackPort()), "--listen", d->addr()},
+                  std::to_string(base::FreeLoopbackPort()), "--listen", d->addr()},
                  milliseconds(10'000));
   std::filesystem::remove_all(dir);
   CHECK(result.exit_code == 4);

@@ -316,8 +316,8 @@ TEST_CASE("volume 7. bad devices are refused with a clear error and exit code 5"
         "--export-dir",       dir + "/export",
         "--state-dir",        dir + "/state",
         "--nfs-address",      "127.0.0.1",
-        "--nfs-port",         std::to_string(supervisor::FreeLoopbackPort()),
-        "--listen",           "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort()),
+        "--nfs-port",         std::to_string(base::FreeLoopbackPort()),
+        "--listen",           "127.0.0.1:" + std::to_string(base::FreeLoopbackPort()),
         "--device",           device,
         "--failed-linger",    "0s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -446,8 +446,8 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
     // off 9600/2049 so tests can run beside a real share).
     char state[] = "/tmp/sharemgr-lh-XXXXXX";
     REQUIRE(mkdtemp(state) != nullptr);
-    const uint16_t nfs_port = supervisor::FreeLoopbackPort();
-    const std::string addr = "127.0.0.1:" + std::to_string(supervisor::FreeLoopbackPort());
+    const uint16_t nfs_port = base::FreeLoopbackPort();
+    const std::string addr = "127.0.0.1:" + std::to_string(base::FreeLoopbackPort());
     auto child = supervisor::ChildProcess::Spawn({ShareManagerBinary(),
                                                   "--debug",
                                                   "daemon",

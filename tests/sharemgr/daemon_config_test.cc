@@ -18,7 +18,7 @@ TEST_CASE("defaults follow the volume name and are valid") {
   CHECK(config->volume->device == "/dev/longhorn/pvc-1");
   CHECK(config->volume->target == "/export/pvc-1");
   CHECK(config->volume->fs == FsType::kExt4);
-  CHECK(config->supervisor.probe_interval == supervisor::Duration(1000));
+  CHECK(config->supervisor.probe_interval == base::Duration(1000));
   CHECK(config->supervisor.probe_failures == 3);
   CHECK(config->supervisor.restart.max_deaths == 5);
   CHECK(config->supervisor.restart.death_window == std::chrono::minutes(10));

@@ -57,7 +57,7 @@ bool WaitUntil(const std::function<bool()>& done) {
 TEST_CASE("readiness follows SERVING, liveness fails only for FAILED") {
   FakeHealth health;
   HealthPublisher publisher(
-      health, [] { return supervisor::Clock::now(); }, milliseconds(1000));
+      health, [] { return base::Clock::now(); }, milliseconds(1000));
   CHECK_FALSE(health.Get(""));  // starts NOT_SERVING
   CHECK_FALSE(health.Get(kReadinessService));
   CHECK(health.Get(kLivenessService));
@@ -77,7 +77,7 @@ TEST_CASE("readiness follows SERVING, liveness fails only for FAILED") {
 TEST_CASE("Watch streams get changes only, not a repeat per state change") {
   FakeHealth health;
   HealthPublisher publisher(
-      health, [] { return supervisor::Clock::now(); }, milliseconds(1000));
+      health, [] { return base::Clock::now(); }, milliseconds(1000));
   publisher.OnState(State::kDegraded);  // STARTING -> DEGRADED: NOT_SERVING both
   publisher.OnState(State::kStarting);  // ganesha restarting: still NOT_SERVING
   CHECK(health.Sets(kReadinessService) == 1);
@@ -91,8 +91,7 @@ TEST_CASE("a supervisor loop that has not started yet is not a stall") {
   FakeHealth health;
   std::atomic<int64_t> tick_ms{0};  // the volume is still being checked and mounted
   HealthPublisher publisher(
-      health, [&] { return supervisor::TimePoint(milliseconds(tick_ms.load())); },
-      milliseconds(50));
+      health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(50));
   std::this_thread::sleep_for(milliseconds(200));
   CHECK(health.Get(kLivenessService));
 
@@ -103,21 +102,18 @@ TEST_CASE("a supervisor loop that has not started yet is not a stall") {
 TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and back") {
   FakeHealth health;
   std::atomic<int64_t> tick_ms{
-      std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
-          .count()};
+      std::chrono::duration_cast<milliseconds>(base::Clock::now().time_since_epoch()).count()};
   std::atomic<bool> ticking{true};
   std::thread loop([&] {
     while (ticking) {
       tick_ms =
-          std::chrono::duration_cast<milliseconds>(supervisor::Clock::now().time_since_epoch())
-              .count();
+          std::chrono::duration_cast<milliseconds>(base::Clock::now().time_since_epoch()).count();
       std::this_thread::sleep_for(milliseconds(10));
     }
   });
   {
     HealthPublisher publisher(
-        health, [&] { return supervisor::TimePoint(milliseconds(tick_ms.load())); },
-        milliseconds(100));
+        health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(100));
     publisher.OnState(State::kServing);
     std::this_thread::sleep_for(milliseconds(200));
     CHECK(health.Get(kLivenessService));  // ticking: alive
@@ -128,7 +124,7 @@ TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and 
     CHECK(health.Get(kReadinessService));  // readiness is the state's business, not the watchdog's
 
     tick_ms = std::chrono::duration_cast<milliseconds>(
-                  (supervisor::Clock::now() + std::chrono::hours(1)).time_since_epoch())
+                  (base::Clock::now() + std::chrono::hours(1)).time_since_epoch())
                   .count();  // ticks again
     CHECK(WaitUntil([&] { return health.Get(kLivenessService); }));
   }

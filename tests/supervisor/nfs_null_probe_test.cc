@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "supervisor/unique_fd.h"
+#include "base/unique_fd.h"
 #include "tests/support/daemon_process.h"
 
 namespace supervisor {
@@ -48,7 +48,7 @@ class FakeRpcServer {
 
  private:
   void Serve() {
-    UniqueFd conn(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    base::UniqueFd conn(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn) return;
     uint8_t call[44];
     size_t got = 0;
@@ -82,7 +82,7 @@ class FakeRpcServer {
   }
 
   Mode mode_;
-  UniqueFd fd_;
+  base::UniqueFd fd_;
   uint16_t port_ = 0;
   std::thread thread_;
 };
@@ -158,7 +158,7 @@ TEST_CASE("ProbeNfsNull reports a denied call and a closed connection") {
 }
 
 TEST_CASE("ProbeNfsNull says the connection was refused when nothing listens") {
-  const auto port = supervisor::FreeLoopbackPort();
+  const auto port = base::FreeLoopbackPort();
   const auto result = ProbeNfsNull("127.0.0.1", port, milliseconds(2000));
   CHECK(result.code() == absl::StatusCode::kUnavailable);
   CHECK(std::string(result.message()).find("refused") != std::string::npos);
@@ -166,9 +166,9 @@ TEST_CASE("ProbeNfsNull says the connection was refused when nothing listens") {
 
 TEST_CASE("ProbeNfsNull gives up at its deadline when the peer accepts but never answers") {
   FakeRpcServer server(FakeRpcServer::Mode::kSilent);
-  const auto start = Clock::now();
+  const auto start = base::Clock::now();
   const auto result = ProbeNfsNull("127.0.0.1", server.port(), milliseconds(200));
-  const auto took = Clock::now() - start;
+  const auto took = base::Clock::now() - start;
   CHECK(result.code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(took >= milliseconds(190));
   // Generous bound: only proves the probe is bounded, not how fast this machine is.

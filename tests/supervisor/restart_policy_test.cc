@@ -23,7 +23,7 @@ RestartPolicyOptions Options() {
 
 TEST_CASE("an isolated crash restarts at once, a crash streak backs off exponentially to the cap") {
   RestartPolicy policy(Options());
-  TimePoint now{};
+  base::TimePoint now{};
   policy.OnStart(now);
   std::vector<int64_t> delays;
   for (int i = 0; i < 5; ++i) {
@@ -43,8 +43,8 @@ TEST_CASE("backoff is capped") {
   auto options = Options();
   options.max_deaths = 100;
   RestartPolicy policy(options);
-  TimePoint now{};
-  Duration last{0};
+  base::TimePoint now{};
+  base::Duration last{0};
   for (int i = 0; i < 20; ++i) {
     now += milliseconds(1);
     last = policy.OnDeath(now).delay;
@@ -55,21 +55,21 @@ TEST_CASE("backoff is capped") {
 
 TEST_CASE("a stable run resets the streak: the next death restarts immediately") {
   RestartPolicy policy(Options());
-  TimePoint now{};
+  base::TimePoint now{};
   policy.OnStart(now);
   now += milliseconds(1);
-  CHECK(policy.OnDeath(now).delay == Duration(0));
+  CHECK(policy.OnDeath(now).delay == base::Duration(0));
   policy.OnStart(now);
   now += milliseconds(1);
   CHECK(policy.OnDeath(now).delay == milliseconds(100));
   policy.OnStart(now);
   now += seconds(31);  // ran long enough to count as stable
-  CHECK(policy.OnDeath(now).delay == Duration(0));
+  CHECK(policy.OnDeath(now).delay == base::Duration(0));
 }
 
 TEST_CASE("deaths older than the window leave the budget") {
   RestartPolicy policy(Options());
-  TimePoint now{};
+  base::TimePoint now{};
   for (int i = 0; i < 5; ++i) {
     policy.OnStart(now);
     now += minutes(3);  // five deaths, 3 minutes apart: never more than 4 in 10 minutes
@@ -83,8 +83,8 @@ TEST_CASE("max_deaths 0 gives up on the first death") {
   auto options = Options();
   options.max_deaths = 0;
   RestartPolicy policy(options);
-  policy.OnStart(TimePoint{});
-  const auto d = policy.OnDeath(TimePoint{} + seconds(1));
+  policy.OnStart(base::TimePoint{});
+  const auto d = policy.OnDeath(base::TimePoint{} + seconds(1));
   CHECK(d.give_up);
   CHECK(d.deaths_in_window == 1);
 }

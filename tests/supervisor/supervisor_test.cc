@@ -29,7 +29,7 @@ class Harness {
       loop_ = &loop;
       Supervisor sup(
           loop, options,
-          [this](Duration timeout) -> absl::Status {
+          [this](base::Duration timeout) -> absl::Status {
             if (probe_ok_) return absl::OkStatus();
             std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
             return absl::DeadlineExceededError("scripted probe failure");
@@ -91,7 +91,7 @@ class Harness {
   std::atomic<bool> ready_{true};
 
  private:
-  SteadyTimeSource clock_;
+  base::SteadyTimeSource clock_;
   EventLoop* loop_ = nullptr;
   Supervisor* sup_ = nullptr;
   std::promise<void> started_;

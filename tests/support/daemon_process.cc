@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/loopback_port.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "supervisor/loopback_port.h"
 #include "tests/support/nfs_client.h"
 
 namespace testing_support {
@@ -40,8 +40,8 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->export_dir_ = d->dir_ + "/export";
   d->state_dir_ = d->dir_ + "/state";
   d->volume_ = spec.volume;
-  d->nfs_port_ = supervisor::FreeLoopbackPort();
-  d->addr_ = absl::StrCat("127.0.0.1:", supervisor::FreeLoopbackPort());
+  d->nfs_port_ = base::FreeLoopbackPort();
+  d->addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
   std::vector<std::string> argv = {ShareManagerBinary(), "daemon",
                                    "--volume",           spec.volume,
                                    "--export-dir",       d->export_dir_,

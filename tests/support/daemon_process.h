@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/loopback_port.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "supervisor/child_process.h"
-#include "supervisor/loopback_port.h"
 #include "supervisor/run_program.h"
 
 namespace testing_support {

@@ -1,11 +1,11 @@
-#include "supervisor/loopback_port.h"
+#include "base/loopback_port.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "supervisor/unique_fd.h"
+#include "base/unique_fd.h"
 
-namespace supervisor {
+namespace base {
 
 uint16_t FreeLoopbackPort() {
   UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -20,4 +20,4 @@ uint16_t FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-}  // namespace supervisor
+}  // namespace base

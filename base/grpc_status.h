@@ -5,9 +5,9 @@
 
 #include "absl/status/status.h"
 
-namespace sharemgr {
+namespace base {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-}  // namespace sharemgr
+}  // namespace base

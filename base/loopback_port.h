@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-namespace supervisor {
+namespace base {
 
 // 0 when no port could be had.
 uint16_t FreeLoopbackPort();
 
-}  // namespace supervisor
+}  // namespace base

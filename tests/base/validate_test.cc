@@ -1,15 +1,15 @@
-#include "sharemgr/validate.h"
+#include "base/validate.h"
 
 #include <doctest/doctest.h>
 
 #include <string>
 
-namespace sharemgr {
+namespace base {
 
 TEST_CASE("volume names are DNS-1123 labels") {
   for (const char* good : {"a", "pvc-1", "0abc", "pvc-3f2b6c1e-8d7a-4c1b-9b8e-2f1d5a6c7b8d"}) {
     CAPTURE(good);
-    CHECK(ValidateVolumeName(good).ok());
+    CHECK(base::ValidateVolumeName(good).ok());
   }
   const std::string too_long(64, 'a');
   for (const std::string& bad :
@@ -17,18 +17,18 @@ TEST_CASE("volume names are DNS-1123 labels") {
         std::string("pvc_1"), std::string("pvc.1"), std::string("pvc 1"), std::string("pvc/1"),
         std::string("pvc\n1"), std::string("pvc\"1"), std::string("pvc}1")}) {
     CAPTURE(bad);
-    const auto status = ValidateVolumeName(bad);
+    const auto status = base::ValidateVolumeName(bad);
     CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(status.message()).find("--volume") == 0);
     CHECK(std::string(status.message()).find('\n') == std::string::npos);
   }
-  CHECK(ValidateVolumeName(std::string(63, 'a')).ok());
+  CHECK(base::ValidateVolumeName(std::string(63, 'a')).ok());
 }
 
 TEST_CASE("config paths are absolute and cannot escape a quoted ganesha.conf string") {
   for (const char* good : {"/export/pvc-1", "/", "/a b/c", "/var/lib/share-manager/x.y"}) {
     CAPTURE(good);
-    CHECK(ValidateConfigPath("--export-dir", good).ok());
+    CHECK(base::ValidateConfigPath("--export-dir", good).ok());
   }
   for (const std::string& bad : {
            std::string(""),
@@ -49,7 +49,7 @@ TEST_CASE("config paths are absolute and cannot escape a quoted ganesha.conf str
            std::string("/") + std::string(1100, 'a'),
        }) {
     CAPTURE(bad);
-    const auto status = ValidateConfigPath("--export-dir", bad);
+    const auto status = base::ValidateConfigPath("--export-dir", bad);
     CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     // One line, printable, naming the flag.
     const std::string message(status.message());
@@ -59,18 +59,18 @@ TEST_CASE("config paths are absolute and cannot escape a quoted ganesha.conf str
 }
 
 TEST_CASE("addresses, ports, grace and lease") {
-  CHECK(ValidateIpAddress("--nfs-address", "127.0.0.1").ok());
-  CHECK(ValidateIpAddress("--nfs-address", "::1").ok());
-  CHECK_FALSE(ValidateIpAddress("--nfs-address", "localhost").ok());
-  CHECK_FALSE(ValidateIpAddress("--nfs-address", "127.0.0.1; }").ok());
-  CHECK(ValidatePort("--nfs-port", 20490).ok());
-  CHECK_FALSE(ValidatePort("--nfs-port", 0).ok());
-  CHECK_FALSE(ValidatePort("--nfs-port", 65536).ok());
-  CHECK(ValidateGraceAndLease(90, 60).ok());
-  CHECK(ValidateGraceAndLease(2, 2).ok());
-  CHECK_FALSE(ValidateGraceAndLease(30, 60).ok());
-  CHECK_FALSE(ValidateGraceAndLease(0, 0).ok());
-  CHECK_FALSE(ValidateGraceAndLease(4000, 60).ok());
+  CHECK(base::ValidateIpAddress("--nfs-address", "127.0.0.1").ok());
+  CHECK(base::ValidateIpAddress("--nfs-address", "::1").ok());
+  CHECK_FALSE(base::ValidateIpAddress("--nfs-address", "localhost").ok());
+  CHECK_FALSE(base::ValidateIpAddress("--nfs-address", "127.0.0.1; }").ok());
+  CHECK(base::ValidatePort("--nfs-port", 20490).ok());
+  CHECK_FALSE(base::ValidatePort("--nfs-port", 0).ok());
+  CHECK_FALSE(base::ValidatePort("--nfs-port", 65536).ok());
+  CHECK(base::ValidateGraceAndLease(90, 60).ok());
+  CHECK(base::ValidateGraceAndLease(2, 2).ok());
+  CHECK_FALSE(base::ValidateGraceAndLease(30, 60).ok());
+  CHECK_FALSE(base::ValidateGraceAndLease(0, 0).ok());
+  CHECK_FALSE(base::ValidateGraceAndLease(4000, 60).ok());
 }
 
-}  // namespace sharemgr
+}  // namespace base

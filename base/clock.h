@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace supervisor {
+namespace base {
 
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
@@ -31,4 +31,4 @@ std::string FormatDuration(Duration d);
 // negatives, other units and values over a day.
 absl::StatusOr<Duration> ParseDuration(std::string_view text);
 
-}  // namespace supervisor
+}  // namespace base

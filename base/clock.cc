@@ -1,4 +1,4 @@
-#include "supervisor/clock.h"
+#include "base/clock.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace supervisor {
+namespace base {
 
 std::string FormatDuration(Duration d) {
   const auto ms = d.count();
@@ -45,4 +45,4 @@ absl::StatusOr<Duration> ParseDuration(std::string_view text) {
   return Duration(static_cast<int64_t>(std::llround(ms)));
 }
 
-}  // namespace supervisor
+}  // namespace base

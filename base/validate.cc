@@ -1,13 +1,19 @@
-#include "sharemgr/validate.h"
+#include "base/validate.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
+#include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace sharemgr {
+namespace base {
 namespace {
 
 constexpr size_t kMaxLabel = 63;
@@ -69,6 +75,40 @@ absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path) 
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_view path,
+                                          bool resolve_symlinks) {
+  if (auto s = ValidateConfigPath(flag, path); !s.ok()) return s;
+  std::vector<std::string> parts =
+      absl::StrSplit(path.substr(1), '/', absl::SkipEmpty());  // drops "//" and a trailing "/"
+  std::string normal = "/" + absl::StrJoin(parts, "/");
+  if (!resolve_symlinks) return normal;
+  // Resolve the longest prefix that exists ("/" always does); the rest is created later.
+  size_t existing = parts.size();
+  std::string resolved = "/";
+  for (; existing > 0; --existing) {
+    const std::string prefix =
+        "/" + absl::StrJoin(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(existing), "/");
+    char buf[PATH_MAX];
+    if (realpath(prefix.c_str(), buf) != nullptr) {
+      resolved = buf;
+      break;
+    }
+    if (errno != ENOENT) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", Printable(path), "': ", prefix, ": ", std::strerror(errno)));
+    }
+  }
+  for (size_t i = existing; i < parts.size(); ++i) {
+    if (resolved != "/") resolved += "/";
+    resolved += parts[i];
+  }
+  if (auto s = ValidateConfigPath(flag, resolved); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), " (what ", Printable(path), " resolves to)"));
+  }
+  return resolved;
+}
+
 absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address) {
   const std::string text(address);
   in6_addr buf{};
@@ -114,4 +154,4 @@ absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds)
   return absl::OkStatus();
 }
 
-}  // namespace sharemgr
+}  // namespace base

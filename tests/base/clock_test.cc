@@ -1,8 +1,8 @@
-#include "supervisor/clock.h"
+#include "base/clock.h"
 
 #include <doctest/doctest.h>
 
-namespace supervisor {
+namespace base {
 
 TEST_CASE("ParseDuration accepts the documented forms") {
   CHECK(*ParseDuration("250ms") == Duration(250));
@@ -28,4 +28,4 @@ TEST_CASE("FormatDuration is readable at every scale") {
   CHECK(FormatDuration(Duration(600'000)) == "10m0s");
 }
 
-}  // namespace supervisor
+}  // namespace base

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace sharemgr {
+namespace base {
 
 // A Kubernetes object name usable as a DNS-1123 label: 1-63 characters of
 // [a-z0-9-], starting and ending with an alphanumeric.
@@ -17,6 +19,14 @@ absl::Status ValidateVolumeName(absl::string_view name);
 // that could escape a quoted ganesha.conf string or break a line: quotes,
 // braces, semicolons, '#', backslashes, whitespace other than space, control bytes.
 absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path);
+
+// ValidateConfigPath, then the one spelling the kernel uses for it: doubled
+// and trailing slashes removed and, with `resolve_symlinks`, every existing
+// component resolved (realpath of the longest existing prefix), so the path
+// compares equal to a mount target in mountinfo. The result is validated again
+// (a symlink may point anywhere).
+absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_view path,
+                                          bool resolve_symlinks);
 
 // An IPv4 or IPv6 address literal.
 absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address);
@@ -32,4 +42,4 @@ absl::Status ValidateOption(absl::string_view flag, absl::string_view value,
 // be 0 (a 0 lease makes every OPEN fail).
 absl::Status ValidateGraceAndLease(int64_t grace_seconds, int64_t lease_seconds);
 
-}  // namespace sharemgr
+}  // namespace base

@@ -1,0 +1,27 @@
+// Directory and file helpers every part uses: create a directory, write a
+// file so a crash leaves either the old or the new content, never a mix.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace base {
+
+enum class ExistingMode {
+  kKeep,     // an existing directory keeps its permissions (a volume's root: the workload's)
+  kEnforce,  // an existing directory is set to `mode` (private state)
+};
+
+// Creates the directory (and parents) with `mode` when missing. Fails when the
+// path exists but is not a directory.
+absl::Status EnsureDirectory(const std::string& path, unsigned mode,
+                             ExistingMode existing = ExistingMode::kKeep);
+
+// Writes `content` to a new file beside `path` (a unique name, O_CLOEXEC),
+// fsyncs it, renames it over `path` and fsyncs the directory, so after a crash
+// `path` holds the old or the new content and the rename itself is durable.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
+                                 unsigned mode = 0600);
+
+}  // namespace base
