@@ -1,25 +1,13 @@
 #include "sharemgr/daemon.h"
 
-#include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-
-#include <mutex>
-#include <optional>
-#include <thread>
+#include <unistd.h>
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "sharemgr/exit_codes.h"
-#include "sharemgr/health_publisher.h"
-#include "sharemgr/longhorn_service.h"
-#include "sharemgr/share.h"
-#include "sharemgr/share_service.h"
-#include "sharemgr/status_board.h"
-#include "sharemgr/volume.h"
-#include "sharemgr/volume_monitor.h"
-#include "supervisor/nfs_null_probe.h"
 
 namespace sharemgr {
 namespace {
@@ -31,6 +19,8 @@ using supervisor::State;
 constexpr base::Duration kLoopStallLimit{3000};
 // In-flight RPCs get this long to finish once stopping starts.
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
+// A volume probe in flight at stop gets this long to return.
+constexpr base::Duration kProbeDrainTime{2000};
 
 v1::ShareState ToProto(State state) {
   switch (state) {
@@ -46,6 +36,24 @@ v1::ShareState ToProto(State state) {
       return v1::STOPPING;
   }
   return v1::SHARE_STATE_UNSPECIFIED;
+}
+
+v1::VolumeState ToProto(VolumeState state) {
+  switch (state) {
+    case VolumeState::kPreparing:
+      return v1::VOLUME_PREPARING;
+    case VolumeState::kMounted:
+      return v1::VOLUME_MOUNTED;
+    case VolumeState::kReleased:
+      return v1::VOLUME_RELEASED;
+    case VolumeState::kRepairing:
+      return v1::VOLUME_REPAIRING;
+    case VolumeState::kFailed:
+      return v1::VOLUME_FAILED;
+    case VolumeState::kStopping:
+      return v1::VOLUME_STOPPING;
+  }
+  return v1::VOLUME_STATE_UNSPECIFIED;
 }
 
 int64_t UnixMs(std::chrono::system_clock::time_point t) {
@@ -70,150 +78,108 @@ void FillSupervisorStatus(const supervisor::SupervisorStatus& s, v1::ShareStatus
   }
 }
 
-// The supervisor's probe (on its worker thread), remembering what the export
-// LOOKUP said for readiness (read on the loop thread).
-class ExportProbe {
- public:
-  ExportProbe(std::string host, uint16_t port, std::string component)
-      : host_(std::move(host)), port_(port), component_(std::move(component)) {}
-
-  absl::Status Probe(base::Duration timeout) {
-    if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
-    auto lookup = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
-    if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound) return lookup;  // a miss
-    std::lock_guard lock(mu_);
-    last_ = lookup;
-    return absl::OkStatus();
+void FillVolume(const VolumeSnapshot& volume, v1::ShareStatus& out) {
+  out.set_volume_state(ToProto(volume.state));
+  if (!volume.repair) {
+    out.clear_repair();
+    return;
   }
-  absl::Status last() const {
-    std::lock_guard lock(mu_);
-    return last_;
-  }
-
- private:
-  const std::string host_;
-  const uint16_t port_;
-  const std::string component_;
-  mutable std::mutex mu_;
-  absl::Status last_;
-};
-
-// Stops the gRPC server off the loop thread: Shutdown blocks while RPCs drain.
-class ServerStopper {
- public:
-  explicit ServerStopper(grpc::Server& server, StatusBoard& board)
-      : server_(server), board_(board) {}
-  ~ServerStopper() { Join(); }
-  void Begin() {
-    if (thread_.joinable()) return;
-    thread_ = std::thread([this] {
-      board_.Close();
-      server_.GetHealthCheckService()->Shutdown();
-      server_.Shutdown(std::chrono::system_clock::now() + kRpcDrainTime);
-    });
-  }
-  void Join() {
-    Begin();
-    thread_.join();
-  }
-
- private:
-  grpc::Server& server_;
-  StatusBoard& board_;
-  std::thread thread_;
-};
+  auto* repair = out.mutable_repair();
+  repair->set_what(volume.repair->what);
+  repair->set_started_unix_ms(UnixMs(volume.repair->started_wall));
+  repair->set_full_repairs_in_window(static_cast<uint32_t>(volume.repair->full_repairs_in_window));
+  repair->set_max_full_repairs(static_cast<uint32_t>(volume.repair->max_full_repairs));
+}
 
 }  // namespace
 
-int RunDaemon(const DaemonConfig& config) {
-  supervisor::BlockSupervisedSignals();
-  supervisor::BecomeSubreaper();
-  signal(SIGPIPE, SIG_IGN);
-
-  const auto& export_dir = config.ganesha.input().export_dir;
-  // State is private; the export's root belongs to the workload (never chmod it).
-  for (const auto& [dir, mode, existing] :
-       {std::tuple{config.state_dir, 0700u, base::ExistingMode::kEnforce},
-        std::tuple{config.ganesha.input().recovery_root, 0700u, base::ExistingMode::kEnforce},
-        std::tuple{export_dir, 0755u, base::ExistingMode::kKeep}}) {
-    if (auto status = base::EnsureDirectory(dir, mode, existing); !status.ok()) {
-      spdlog::error("{}", status.message());
-      return kExitStartup;
-    }
+Daemon::Daemon(const DaemonConfig& config)
+    : config_(config),
+      export_probe_(config.probe_host, static_cast<uint16_t>(config.ganesha.input().nfs_port),
+                    config.ganesha.input().volume,
+                    config.volume ? "" : config.ganesha.input().export_dir),
+      share_(config.ganesha, config.config_path,
+             [this] {
+               sup_->SignalChild(SIGHUP);
+               sup_->Reevaluate();
+               sup_->ProbeSoon();
+             }),
+      service_(board_, Commands(), config.epoch),
+      longhorn_(service_) {
+  if (config.volume) {
+    volume_.emplace(*config.volume);
+    // Device thread -> loop: every state or repair change is published there.
+    owner_.emplace(*volume_, config.volume_owner,
+                   [this] { loop_.Post([this] { PublishShare(); }); });
   }
+}
 
-  supervisor::EventLoop loop;
-  base::SteadyTimeSource clock;
-  std::optional<supervisor::Supervisor> sup;
-  Share share(config.ganesha, config.config_path, [&sup] {
-    sup->SignalChild(SIGHUP);
-    sup->Reevaluate();
-    sup->ProbeSoon();
-  });
-  if (auto status = share.WriteConfig(); !status.ok()) {
-    spdlog::error("{}", status.message());
-    return kExitStartup;
-  }
+Daemon::~Daemon() {
+  if (server_stopper_.joinable()) server_stopper_.join();
+}
 
-  std::optional<Volume> volume;
-  std::optional<VolumeMonitor> monitor;
-  if (config.volume) volume.emplace(*config.volume);
-  // Everything the share and its volume contribute to the status.
-  auto fill_share = [&](v1::ShareStatus& s) {
-    share.Fill(s);
-    if (monitor) monitor->Fill(s);
-  };
-
-  StatusBoard board;
-  board.Update([&](v1::ShareStatus& s) {
-    s.set_state(v1::STARTING);
-    s.set_reason(volume ? "preparing the volume" : "starting ganesha");
-    s.set_epoch(config.epoch);
-    s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
-    fill_share(s);
-  });
-
-  ShareService service(
-      board,
-      ShareCommands{
-          .post = [&loop](std::function<void()> task) { loop.Post(std::move(task)); },
-          .mount =
-              [&](uint64_t generation) {
-                auto handled = share.Mount(generation);
-                if (monitor) monitor->CheckNow();
-                board.Update(fill_share);
-                return handled;
-              },
-          .unmount =
-              [&] {
-                auto status = share.Unmount();
-                board.Update(fill_share);
-                return status;
-              },
-          .live_fields =
-              [&](v1::ShareStatus& s) {
-                if (monitor) monitor->FillUsage(s);
-              },
-          .trim = volume ? std::function<absl::StatusOr<uint64_t>()>([&] { return volume->Trim(); })
-                         : nullptr,
-          .resize = volume ? std::function<absl::StatusOr<ResizeResult>()>(
-                                 [&] { return volume->Resize(); })
-                           : nullptr,
-          .release_volume = volume ? std::function<absl::Status()>([&] {
-            monitor->SetReleased(true);
-            return volume->Unmount(std::chrono::seconds(10));
-          })
-                                   : nullptr,
-          .attach_volume = volume ? std::function<absl::Status()>([&] {
-            if (!volume->ReadMountState().mounted) {
-              if (auto status = volume->Mount(); !status.ok()) return status;
+ShareCommands Daemon::Commands() {
+  ShareCommands commands{
+      .post = [this](std::function<void()> task) { loop_.Post(std::move(task)); },
+      .mount =
+          [this](uint64_t generation) {
+            auto handled = share_.Mount(generation);
+            PublishShare();
+            return handled;
+          },
+      .unmount =
+          [this] {
+            auto status = share_.Unmount();
+            PublishShare();
+            return status;
+          },
+      .live_fields =
+          [this](v1::ShareStatus& s) {
+            if (monitor_) monitor_->FillUsage(s);
+            if (owner_ && s.has_repair()) {
+              if (auto repair = owner_->Snapshot().repair) {
+                s.mutable_repair()->set_elapsed_ms(
+                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              base::Clock::now() - repair->started)
+                                              .count()));
+              }
             }
-            monitor->SetReleased(false);
-            return absl::OkStatus();
-          })
-                                  : nullptr,
-      },
-      config.epoch);
+          },
+  };
+  if (!config_.volume) {
+    // A directory share: Mount creates the directory when it is missing (on
+    // the RPC's thread, never the loop's), and leaves an existing one alone.
+    commands.attach_volume = [dir = config_.ganesha.input().export_dir](ShareCommands::Deadline) {
+      return base::EnsureDirectory(dir, 0755, base::ExistingMode::kKeep);
+    };
+    return commands;
+  }
+  commands.attach_volume = [this](ShareCommands::Deadline d) { return owner_->Attach(d); };
+  commands.can_release_volume = [this] { return owner_->CanRelease(); };
+  commands.release_volume = [this](ShareCommands::Deadline d) { return owner_->Release(d); };
+  commands.trim = [this](ShareCommands::Deadline d) { return owner_->Trim(d); };
+  commands.resize = [this](ShareCommands::Deadline d) { return owner_->Resize(d); };
+  return commands;
+}
+
+void Daemon::FillShare(v1::ShareStatus& s) const {
+  share_.Fill(s);
+  if (owner_) {
+    FillVolume(owner_->Snapshot(), s);
+  } else {
+    s.set_volume_state(v1::VOLUME_NONE);
+    s.set_read_only(export_probe_.directory_read_only());
+  }
+  if (monitor_) monitor_->Fill(s);
+}
+
+void Daemon::PublishShare() {
+  if (monitor_) monitor_->CheckNow();
+  if (sup_) sup_->Reevaluate();
+  board_.Update([this](v1::ShareStatus& s) { FillShare(s); });
+}
+
+absl::Status Daemon::StartGrpc() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // Without this a second share-manager could bind the same port and split traffic.
@@ -222,112 +188,176 @@ int RunDaemon(const DaemonConfig& config) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   int port = 0;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &port);
-  if (!config.socket.empty()) {
-    unlink(config.socket.c_str());  // a stale socket from a previous run
-    builder.AddListeningPort("unix:" + config.socket, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
+  if (!config_.socket.empty()) {
+    unlink(config_.socket.c_str());  // a stale socket from a previous run
+    builder.AddListeningPort("unix:" + config_.socket, grpc::InsecureServerCredentials());
   }
-  LonghornService longhorn(service);
-  builder.RegisterService(&service);
-  builder.RegisterService(&longhorn);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    spdlog::error("cannot serve gRPC on {}{}{} (address in use or not local?)", config.listen,
-                  config.socket.empty() ? "" : " and unix:", config.socket);
+  builder.RegisterService(&service_);
+  builder.RegisterService(&longhorn_);
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config_.listen,
+                                               config_.socket.empty() ? "" : " and unix:",
+                                               config_.socket, " (address in use or not local?)"));
+  }
+  spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config_.listen,
+               config_.socket.empty() ? "" : " and unix:", config_.socket,
+               config_.ganesha.input().volume, config_.epoch);
+  health_.emplace(
+      *server_->GetHealthCheckService(), [this] { return loop_.last_tick(); }, kLoopStallLimit);
+  return absl::OkStatus();
+}
+
+void Daemon::BeginServerStop() {
+  if (server_stopper_.joinable() || !server_) return;
+  server_stopper_ = std::thread([this] {
+    board_.Close();
+    server_->GetHealthCheckService()->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + kRpcDrainTime);
+  });
+}
+
+void Daemon::OnSupervisorStatus(const supervisor::SupervisorStatus& status) {
+  board_.Update([&](v1::ShareStatus& s) {
+    FillSupervisorStatus(status, s);
+    FillShare(s);
+  });
+  health_->OnState(status.state);
+  if (status.state == State::kStopping) {
+    // Answer waiting volume callers and ask a running check to stop (SIGTERM)
+    // while ganesha stops; the device is released once ganesha is gone.
+    if (owner_) owner_->BeginStop();
+    BeginServerStop();
+  }
+}
+
+void Daemon::OnVolumePrepared(const absl::Status& status) {
+  if (!status.ok()) {
+    spdlog::error("volume: {}", status.message());
+    volume_failed_ = true;
+    sup_->Fail(std::string(status.message()));
+    return;
+  }
+  monitor_.emplace(loop_, *owner_, *config_.volume, config_.volume_probe_interval,
+                   VolumeHooks{
+                       .changed = [this] { PublishShare(); },
+                       .withdraw_export = [this] { share_.SetVolumeAvailable(false); },
+                       .restore_export =
+                           [this] {
+                             share_.CountRemount();
+                             share_.SetVolumeAvailable(true);
+                           },
+                       .repaired_in_place = [this] { share_.CountRemount(); },
+                       .give_up =
+                           [this](const std::string& reason) {
+                             volume_failed_ = true;
+                             sup_->Fail(reason);
+                           },
+                   });
+  share_.SetVolumeReady([this] { return monitor_->Ready(); });
+  StartGanesha();
+  monitor_->Start();
+}
+
+void Daemon::StartGanesha() {
+  sup_->Start();
+  PublishShare();
+}
+
+int Daemon::Run() {
+  const auto& export_dir = config_.ganesha.input().export_dir;
+  // State is private; the export's root belongs to the workload (never chmod it).
+  for (const auto& [dir, mode, existing] :
+       {std::tuple{config_.state_dir, 0700u, base::ExistingMode::kEnforce},
+        std::tuple{config_.ganesha.input().recovery_root, 0700u, base::ExistingMode::kEnforce},
+        std::tuple{export_dir, 0755u, base::ExistingMode::kKeep}}) {
+    if (auto status = base::EnsureDirectory(dir, mode, existing); !status.ok()) {
+      spdlog::error("{}", status.message());
+      return kExitStartup;
+    }
+  }
+  if (auto status = share_.WriteConfig(); !status.ok()) {
+    spdlog::error("{}", status.message());
     return kExitStartup;
   }
-  spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config.listen,
-               config.socket.empty() ? "" : " and unix:", config.socket,
-               config.ganesha.input().volume, config.epoch);
-
-  HealthPublisher health(
-      *server->GetHealthCheckService(), [&loop] { return loop.last_tick(); }, kLoopStallLimit);
-  ServerStopper stopper(*server, board);
-
-  if (volume) {
-    // Before ganesha: check and mount the device. gRPC already answers (STARTING).
-    if (auto status = volume->Prepare(); !status.ok()) {
-      spdlog::error("volume: {}", status.message());
-      board.Update([&](v1::ShareStatus& s) {
-        s.set_state(v1::FAILED);
-        s.set_reason(std::string(status.message()));
-      });
-      health.OnState(State::kFailed);
-      std::this_thread::sleep_for(config.supervisor.failed_linger);
-      stopper.Join();
-      return kExitVolume;
-    }
-    board.Update([&](v1::ShareStatus& s) { s.set_reason("starting ganesha"); });
-  }
-
-  // The probe: NULL proves ganesha answers (its misses mean "hung"); a LOOKUP
-  // of the pseudo path proves the export loaded, which only readiness needs.
-  ExportProbe export_probe(config.probe_host,
-                           static_cast<uint16_t>(config.ganesha.input().nfs_port),
-                           config.ganesha.input().volume);
-  share.SetExportCheck([&export_probe] { return export_probe.last(); });
-  sup.emplace(
-      loop, config.supervisor,
-      [&export_probe](base::Duration timeout) { return export_probe.Probe(timeout); },
-      [&share] { return share.CheckReady(); }, clock);
-  bool volume_failed = false;
-  if (volume) {
-    share.SetVolumeReady([&monitor] { return monitor->Ready(); });
-    auto publish = [&] { board.Update(fill_share); };
-    monitor.emplace(loop, *volume, config.volume_probe_interval,
-                    VolumeHooks{
-                        .changed =
-                            [&, publish] {
-                              sup->Reevaluate();
-                              publish();
-                            },
-                        .withdraw_export = [&] { share.SetVolumeAvailable(false); },
-                        .restore_export =
-                            [&] {
-                              share.CountRemount();
-                              share.SetVolumeAvailable(true);
-                            },
-                        .repaired_in_place = [&] { share.CountRemount(); },
-                        .give_up =
-                            [&](const std::string& reason) {
-                              volume_failed = true;
-                              sup->Fail(reason);
-                            },
-                    });
-  }
-  sup->AddStatusObserver([&](const supervisor::SupervisorStatus& status) {
-    board.Update([&](v1::ShareStatus& s) {
-      FillSupervisorStatus(status, s);
-      fill_share(s);
-    });
-    health.OnState(status.state);
-    if (status.state == State::kStopping) stopper.Begin();
+  board_.Update([&](v1::ShareStatus& s) {
+    s.set_state(v1::STARTING);
+    s.set_reason(owner_ ? "preparing the volume" : "starting ganesha");
+    s.set_epoch(config_.epoch);
+    s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
+    FillShare(s);
   });
-  sup->Start();
-  if (monitor) monitor->Start();
-  loop.Run();
-
-  stopper.Join();
-  const auto outcome = sup->outcome();
-  monitor.reset();
-  sup.reset();  // ganesha is gone after this
-  if (volume) {
-    // Unmount only once ganesha no longer holds the export.
-    if (auto status = volume->Unmount(std::chrono::seconds(10)); !status.ok()) {
-      spdlog::error("{}", status.message());
-    }
+  if (auto status = StartGrpc(); !status.ok()) {
+    spdlog::error("{}", status.message());
+    return kExitStartup;
   }
-  if (!config.socket.empty()) unlink(config.socket.c_str());
-  if (volume_failed) {
-    spdlog::error("exiting with code {}: {}", kExitVolume, board.Snapshot().reason());
+
+  share_.SetExportCheck([this] { return export_probe_.export_status(); });
+  if (!owner_) share_.SetVolumeReady([this] { return export_probe_.directory_status(); });
+  sup_.emplace(
+      loop_, config_.supervisor,
+      [this](base::Duration timeout) { return export_probe_.Probe(timeout); },
+      [this] { return share_.CheckReady(); }, clock_);
+  sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
+  if (owner_) {
+    // Signals are handled from here on: a SIGTERM during the device wait or
+    // the start-up check stops it cleanly (the check gets SIGTERM, never SIGKILL).
+    sup_->Hold("preparing the volume");
+    owner_->Prepare([this](absl::Status status) {
+      loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
+    });
+  } else {
+    StartGanesha();
+  }
+  loop_.Run();
+  return Shutdown();
+}
+
+int Daemon::Shutdown() {
+  BeginServerStop();
+  if (server_stopper_.joinable()) server_stopper_.join();
+  const auto outcome = sup_->outcome();
+  if (monitor_ && !monitor_->WaitIdle(kProbeDrainTime)) {
+    spdlog::error("a volume probe is stuck in the kernel; exiting without waiting for it");
+    stuck_ = true;
+  }
+  if (!stuck_) monitor_.reset();
+  sup_.reset();  // ganesha is gone after this
+  // Only now, with ganesha gone, may the device be released: the owner stops
+  // what runs (a check gets SIGTERM and is waited for), then unmounts.
+  if (owner_ && !owner_->Stop(config_.supervisor.stop_timeout)) stuck_ = true;
+  if (!config_.socket.empty()) unlink(config_.socket.c_str());
+  if (volume_failed_) {
+    spdlog::error("exiting with code {}: {}", kExitVolume, board_.Snapshot().reason());
     return kExitVolume;
   }
   if (outcome == supervisor::Outcome::kFailed) {
-    spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board.Snapshot().reason());
+    spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board_.Snapshot().reason());
     return kExitGaneshaFailed;
   }
   spdlog::info("stopped");
   return kExitStopped;
+}
+
+int RunDaemon(const DaemonConfig& config) {
+  // Before any thread starts (the Daemon starts the device thread): every
+  // thread inherits the mask, so SIGTERM reaches only the loop's signalfd.
+  supervisor::BlockSupervisedSignals();
+  supervisor::BecomeSubreaper();
+  signal(SIGPIPE, SIG_IGN);
+  auto daemon = std::make_unique<Daemon>(config);
+  const int code = daemon->Run();
+  if (daemon->stuck()) {
+    // A thread is inside a system call that does not return; destroying what
+    // it uses would be a use after free, and joining it would hang. The
+    // kernel ends it with the process.
+    spdlog::error("exiting with code {} while a filesystem call is stuck in the kernel", code);
+    spdlog::shutdown();
+    _exit(code);
+  }
+  daemon.reset();  // joins the device thread: the volume is unmounted after this
+  return code;
 }
 
 }  // namespace sharemgr

@@ -1,10 +1,78 @@
-// `share-manager daemon`: wires the supervisor, the share, the status board and
-// the gRPC server together, runs until stopped or failed, returns the exit code.
+// `share-manager daemon`: the Daemon owns every part (event loop, status
+// board, volume owner, share, supervisor, volume monitor, gRPC server) with
+// explicit lifetimes: members are declared in the order they may be used by
+// the ones after them, so destruction never leaves a thread or a callback
+// pointing at something gone.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <thread>
+
 #include "sharemgr/daemon_config.h"
+#include "sharemgr/export_probe.h"
+#include "sharemgr/health_publisher.h"
+#include "sharemgr/longhorn_service.h"
+#include "sharemgr/share.h"
+#include "sharemgr/share_service.h"
+#include "sharemgr/status_board.h"
+#include "sharemgr/volume.h"
+#include "sharemgr/volume_monitor.h"
+#include "sharemgr/volume_owner.h"
+#include "supervisor/event_loop.h"
+#include "supervisor/supervisor.h"
 
 namespace sharemgr {
+
+class Daemon {
+ public:
+  explicit Daemon(const DaemonConfig& config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Runs until stopped or failed; the exit code.
+  int Run();
+  // After Run: an operation on the device (or a probe) was still stuck in the
+  // kernel when the stop budget ran out. Its thread cannot be joined, so the
+  // process must exit without destroying the Daemon.
+  bool stuck() const { return stuck_; }
+
+ private:
+  // Loop thread unless said otherwise.
+  absl::Status StartGrpc();
+  void OnVolumePrepared(const absl::Status& status);
+  void StartGanesha();
+  void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
+  // Everything the share and its volume contribute to the status (any thread).
+  void FillShare(sharemanager::v1::ShareStatus& status) const;
+  void PublishShare();
+  ShareCommands Commands();
+  // Stops the gRPC server off the loop thread: Shutdown blocks while RPCs drain.
+  void BeginServerStop();
+  int Shutdown();
+
+  const DaemonConfig& config_;
+  supervisor::EventLoop loop_;
+  base::SteadyTimeSource clock_;
+  StatusBoard board_;
+  ExportProbe export_probe_;
+  Share share_;
+  std::optional<Volume> volume_;
+  // Device thread; posts to loop_ and reads volume_.
+  std::optional<VolumeOwner> owner_;
+  std::optional<supervisor::Supervisor> sup_;
+  std::optional<VolumeMonitor> monitor_;
+  ShareService service_;
+  LonghornService longhorn_;
+  std::unique_ptr<grpc::Server> server_;
+  std::optional<HealthPublisher> health_;
+  std::thread server_stopper_;
+  bool volume_failed_ = false;
+  bool stuck_ = false;
+};
 
 int RunDaemon(const DaemonConfig& config);
 

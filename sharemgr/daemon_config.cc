@@ -114,16 +114,32 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--volume-probe-interval", f.volume_probe_interval,
                  "How often the mounted volume is probed (mount options and an I/O check)")
       ->capture_default_str();
+  app.add_option("--max-repairs", f.max_repairs,
+                 "Full repairs (unmount, check, mount) allowed within --repair-window; one "
+                 "more fails the share (exit 5) instead of checking a failing device for ever")
+      ->capture_default_str();
+  app.add_option("--repair-window", f.repair_window, "Window for --max-repairs")
+      ->capture_default_str();
 }
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (auto s = base::ValidateVolumeName(f.volume); !s.ok()) return s;
-  const std::string state_dir =
-      f.state_dir.empty() ? absl::StrCat("/var/lib/share-manager/", f.volume) : f.state_dir;
-  if (auto s = base::ValidateConfigPath("--state-dir", state_dir); !s.ok()) return s;
+  // Paths are used in the one spelling the kernel reports (mountinfo), so
+  // "/x/export/" or a symlinked component still matches the mount target.
+  auto state_dir = base::NormalizePath(
+      "--state-dir",
+      f.state_dir.empty() ? absl::StrCat("/var/lib/share-manager/", f.volume) : f.state_dir, true);
+  if (!state_dir.ok()) return state_dir.status();
+  auto export_dir = base::NormalizePath(
+      "--export-dir", f.export_dir.empty() ? absl::StrCat("/export/", f.volume) : f.export_dir,
+      true);
+  if (!export_dir.ok()) return export_dir.status();
   if (auto s = ValidateListen(f.listen); !s.ok()) return s;
+  std::string socket;
   if (!f.socket.empty()) {
-    if (auto s = base::ValidateConfigPath("--socket", f.socket); !s.ok()) return s;
+    auto normal = base::NormalizePath("--socket", f.socket, true);
+    if (!normal.ok()) return normal.status();
+    socket = *normal;
   }
   if (f.probe_failures < 1 || f.probe_failures > 100) {
     return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");
@@ -131,16 +147,19 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (f.max_deaths < 0 || f.max_deaths > 1000) {
     return absl::InvalidArgumentError("--max-deaths must be between 0 and 1000");
   }
+  if (f.max_repairs < 0 || f.max_repairs > 1000) {
+    return absl::InvalidArgumentError("--max-repairs must be between 0 and 1000");
+  }
   if (f.ganesha_bin.empty()) return absl::InvalidArgumentError("--ganesha-bin is empty");
 
   auto ganesha = GaneshaConfig::Create({
       .volume = f.volume,
-      .export_dir = f.export_dir.empty() ? absl::StrCat("/export/", f.volume) : f.export_dir,
+      .export_dir = *export_dir,
       .bind_address = f.nfs_address,
       .nfs_port = f.nfs_port,
       .grace_seconds = f.grace_period,
       .lease_seconds = f.lease_lifetime,
-      .recovery_root = absl::StrCat(state_dir, "/recovery"),
+      .recovery_root = absl::StrCat(*state_dir, "/recovery"),
       .plugins_dir = f.plugins_dir,
   });
   if (!ganesha.ok()) return ganesha.status();
@@ -151,8 +170,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   auto stop_timeout = FlagDuration("--stop-timeout", f.stop_timeout, Duration(0));
   auto failed_linger = FlagDuration("--failed-linger", f.failed_linger, Duration(0));
   auto death_window = FlagDuration("--death-window", f.death_window, Duration(1000));
-  for (const auto* d :
-       {&probe_interval, &start_timeout, &stop_timeout, &failed_linger, &death_window}) {
+  auto repair_window = FlagDuration("--repair-window", f.repair_window, Duration(1000));
+  for (const auto* d : {&probe_interval, &start_timeout, &stop_timeout, &failed_linger,
+                        &death_window, &repair_window}) {
     if (!d->ok()) return d->status();
   }
   sup.probe_interval = *probe_interval;
@@ -162,10 +182,10 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   sup.probe_failures = static_cast<int>(f.probe_failures);
   sup.restart.max_deaths = static_cast<int>(f.max_deaths);
   sup.restart.death_window = *death_window;
-  const std::string config_path = absl::StrCat(state_dir, "/ganesha.conf");
-  sup.log_file = absl::StrCat(state_dir, "/ganesha.log");
+  const std::string config_path = absl::StrCat(*state_dir, "/ganesha.conf");
+  sup.log_file = absl::StrCat(*state_dir, "/ganesha.log");
   sup.command = {f.ganesha_bin, "-F",         "-f", config_path,
-                 "-L",          sup.log_file, "-p", absl::StrCat(state_dir, "/ganesha.pid"),
+                 "-L",          sup.log_file, "-p", absl::StrCat(*state_dir, "/ganesha.pid"),
                  "-N",          "NIV_EVENT"};
 
   std::optional<VolumeConfig> volume;
@@ -181,7 +201,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   mount_options.insert(mount_options.end(), f.longhorn_mount_options.begin(),
                        f.longhorn_mount_options.end());
   if (!device.empty()) {
-    if (auto s = base::ValidateConfigPath("--device", device); !s.ok()) return s;
+    // Not resolved: the device may appear later, and a by-id link is the point.
+    auto normal_device = base::NormalizePath("--device", device, false);
+    if (!normal_device.ok()) return normal_device.status();
     auto device_timeout = FlagDuration("--device-timeout", f.device_timeout, Duration(0));
     if (!device_timeout.ok()) return device_timeout.status();
     for (const auto& o : mount_options) {
@@ -190,7 +212,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     for (const auto& o : f.mkfs_options) {
       if (auto s = base::ValidateOption("--mkfs-option", o, ""); !s.ok()) return s;
     }
-    volume = VolumeConfig{.device = device,
+    volume = VolumeConfig{.device = *normal_device,
                           .fs = f.fs == "xfs" ? FsType::kXfs : FsType::kExt4,
                           .target = ganesha->input().export_dir,
                           .device_timeout = *device_timeout,
@@ -205,14 +227,16 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   return DaemonConfig{
       .ganesha = *std::move(ganesha),
       .listen = f.listen,
-      .socket = f.socket,
-      .state_dir = state_dir,
+      .socket = socket,
+      .state_dir = *state_dir,
       .config_path = config_path,
       .probe_host = ProbeHost(f.nfs_address),
       .epoch = f.epoch,
       .supervisor = std::move(sup),
       .volume = std::move(volume),
       .volume_probe_interval = *volume_probe,
+      .volume_owner = {.max_full_repairs = static_cast<int>(f.max_repairs),
+                       .repair_window = *repair_window},
   };
 }
 

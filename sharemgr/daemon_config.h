@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "sharemgr/ganesha_config.h"
 #include "sharemgr/volume.h"
+#include "sharemgr/volume_owner.h"
 #include "supervisor/supervisor.h"
 
 namespace CLI {
@@ -47,6 +48,8 @@ struct DaemonFlags {
   std::vector<std::string> mkfs_options;
   std::vector<std::string> mount_options;
   std::string volume_probe_interval = "1s";
+  int64_t max_repairs = 3;
+  std::string repair_window = "60m";
   // Longhorn's spelling: --data-engine v1|v2, --mount OPT (repeatable).
   std::string data_engine = "v1";
   std::vector<std::string> longhorn_mount_options;
@@ -65,6 +68,7 @@ struct DaemonConfig {
   supervisor::SupervisorOptions supervisor;
   std::optional<VolumeConfig> volume;
   base::Duration volume_probe_interval{1000};
+  VolumeOwnerOptions volume_owner;
 };
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& flags);

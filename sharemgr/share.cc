@@ -1,14 +1,8 @@
 #include "sharemgr/share.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/files.h"
@@ -44,28 +38,8 @@ absl::Status Share::CheckReady() {
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
   if (volume_ready_) {
     if (auto status = volume_ready_(); !status.ok()) return status;
-  } else if (auto status = CheckExportDirectory(); !status.ok()) {
-    return status;
   }
   if (export_check_) return export_check_();
-  return absl::OkStatus();
-}
-
-absl::Status Share::CheckExportDirectory() {
-  struct stat st {};
-  const std::string& dir = config_.input().export_dir;
-  struct statvfs vfs {};
-  read_only_ = statvfs(dir.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY) != 0;
-  if (read_only_) {
-    return absl::UnavailableError(absl::StrCat("export filesystem at ", dir, " is read-only"));
-  }
-  if (stat(dir.c_str(), &st) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("export directory ", dir, ": ", std::strerror(errno)));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::UnavailableError(absl::StrCat("export path ", dir, " is not a directory"));
-  }
   return absl::OkStatus();
 }
 
@@ -75,8 +49,6 @@ absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
                  generation_);
     return generation_;
   }
-  if (auto status = base::EnsureDirectory(config_.input().export_dir, 0755); !status.ok())
-    return status;
   const bool was_exported = exported_;
   exported_ = true;
   if (auto status = WriteConfig(); !status.ok()) {
@@ -111,7 +83,6 @@ void Share::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_pseudo_path(config_.pseudo_path());
   status.set_exported(exported_);
   status.set_remount_generation(generation_);
-  status.set_read_only(read_only_);
 }
 
 }  // namespace sharemgr

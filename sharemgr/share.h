@@ -20,12 +20,12 @@ class Share {
   // Writes ganesha.conf for the current export state, atomically.
   absl::Status WriteConfig() const;
 
-  // What besides a NULL answer makes the share ready: exported, the export
-  // directory present and writable (not on a read-only mount).
+  // What besides a NULL answer makes the share ready: exported, the volume
+  // ready, and ganesha serving the export.
   absl::Status CheckReady();
 
-  // For block-device shares: the volume's own readiness (checked off-loop by
-  // the VolumeMonitor) replaces the directory checks.
+  // The volume's readiness, judged off the loop thread (the VolumeMonitor for
+  // a block device, the probe's directory check for a directory share).
   void SetVolumeReady(std::function<absl::Status()> volume_ready) {
     volume_ready_ = std::move(volume_ready);
   }
@@ -48,9 +48,6 @@ class Share {
   void Fill(sharemanager::v1::ShareStatus& status) const;
 
  private:
-  // Directory shares: present, a directory, not on a read-only mount.
-  absl::Status CheckExportDirectory();
-
   GaneshaConfig config_;
   std::string config_path_;
   std::function<void()> reload_;
@@ -58,7 +55,6 @@ class Share {
   std::function<absl::Status()> export_check_;
   bool exported_ = true;
   bool volume_available_ = true;
-  bool read_only_ = false;
   uint64_t generation_ = 0;
 };
 

@@ -2,7 +2,6 @@
 
 #include <future>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/grpc_status.h"
@@ -16,8 +15,25 @@ using SystemClock = std::chrono::system_clock;
 
 // No mutation may hold a handler longer than this, whatever deadline the caller sent.
 constexpr auto kMaxCommandTime = std::chrono::seconds(10);
+// Trim and resize may legitimately run long; still bounded.
+constexpr auto kMaxFilesystemOpTime = std::chrono::hours(1);
 // Streams re-check for cancellation this often; changes wake them at once.
 constexpr auto kStreamCancelCheck = std::chrono::milliseconds(250);
+
+ShareCommands::Deadline CallerDeadline(const grpc::ServerContext* context,
+                                       std::chrono::system_clock::duration cap) {
+  return std::min(context->deadline(), SystemClock::now() + cap);
+}
+
+template <typename T>
+absl::StatusOr<T> NeedsDevice(const std::function<absl::StatusOr<T>(ShareCommands::Deadline)>& op,
+                              const char* what, ShareCommands::Deadline deadline) {
+  if (!op) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, " needs a block-device volume (--device); this share exports a directory"));
+  }
+  return op(deadline);
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -79,9 +95,11 @@ grpc::Status ShareService::Mount(grpc::ServerContext* context,
                                  const sharemanager::v1::MountRequest* request,
                                  sharemanager::v1::MountResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
-  if (auto attached = RunVolumeStep(context, commands_.attach_volume, "mount the volume");
-      !attached.ok()) {
-    return base::ToGrpcStatus(attached);
+  if (commands_.attach_volume) {
+    if (auto attached = commands_.attach_volume(CallerDeadline(context, kMaxCommandTime));
+        !attached.ok()) {
+      return base::ToGrpcStatus(attached);
+    }
   }
   const uint64_t generation = request->generation();
   const auto handled =
@@ -96,14 +114,22 @@ grpc::Status ShareService::Unmount(grpc::ServerContext* context,
                                    const sharemanager::v1::UnmountRequest* request,
                                    sharemanager::v1::UnmountResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
+  // A volume that cannot be released now (repairing, preparing) keeps its export.
+  if (commands_.can_release_volume) {
+    if (auto status = commands_.can_release_volume(); !status.ok()) {
+      return base::ToGrpcStatus(status);
+    }
+  }
   const auto done = RunOnLoop(context, [unmount = commands_.unmount]() -> absl::StatusOr<uint64_t> {
     if (auto status = unmount(); !status.ok()) return status;
     return 0;
   });
   if (!done.ok()) return base::ToGrpcStatus(done.status());
-  if (auto released = RunVolumeStep(context, commands_.release_volume, "unmount the volume");
-      !released.ok()) {
-    return base::ToGrpcStatus(released);
+  if (commands_.release_volume) {
+    if (auto released = commands_.release_volume(CallerDeadline(context, kMaxCommandTime));
+        !released.ok()) {
+      return base::ToGrpcStatus(released);
+    }
   }
   *response->mutable_status() = Current();
   return grpc::Status::OK;
@@ -139,54 +165,11 @@ grpc::Status ShareService::WatchStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-template <typename T>
-absl::StatusOr<T> ShareService::RunExclusive(grpc::ServerContext* context,
-                                             std::function<absl::StatusOr<T>()> op,
-                                             const char* what) {
-  if (!op) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " needs a block-device volume (--device); this share exports a directory"));
-  }
-  bool idle = false;
-  if (!fs_op_busy_->compare_exchange_strong(idle, true)) {
-    return absl::AbortedError(
-        absl::StrCat("another filesystem operation is running; ", what, " refused (not queued)"));
-  }
-  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
-  auto result = promise->get_future();
-  std::thread([promise, op = std::move(op), busy = fs_op_busy_] {
-    auto outcome = op();
-    busy->store(false);  // before the caller sees the outcome and may start another
-    promise->set_value(std::move(outcome));
-  }).detach();
-  const auto deadline = std::min(context->deadline(), SystemClock::now() + std::chrono::hours(1));
-  if (result.wait_until(deadline) != std::future_status::ready) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        what,
-        " still running at the deadline; it goes on, and new requests are refused until it ends"));
-  }
-  return result.get();
-}
-
-absl::Status ShareService::RunVolumeStep(grpc::ServerContext* context,
-                                         const std::function<absl::Status()>& step,
-                                         const char* what) {
-  if (!step) return absl::OkStatus();  // a directory share has no volume to (un)mount
-  return RunExclusive<uint64_t>(
-             context,
-             [step]() -> absl::StatusOr<uint64_t> {
-               if (auto status = step(); !status.ok()) return status;
-               return 0;
-             },
-             what)
-      .status();
-}
-
 grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
                                           const sharemanager::v1::FilesystemTrimRequest* request,
                                           sharemanager::v1::FilesystemTrimResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
-  auto trimmed = RunExclusive<uint64_t>(context, commands_.trim, "trim");
+  auto trimmed = NeedsDevice(commands_.trim, "trim", CallerDeadline(context, kMaxFilesystemOpTime));
   if (!trimmed.ok()) return base::ToGrpcStatus(trimmed.status());
   response->set_bytes_trimmed(*trimmed);
   return grpc::Status::OK;
@@ -196,7 +179,8 @@ grpc::Status ShareService::FilesystemResize(
     grpc::ServerContext* context, const sharemanager::v1::FilesystemResizeRequest* request,
     sharemanager::v1::FilesystemResizeResponse* response) {
   if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
-  auto resized = RunExclusive<ResizeResult>(context, commands_.resize, "resize");
+  auto resized =
+      NeedsDevice(commands_.resize, "resize", CallerDeadline(context, kMaxFilesystemOpTime));
   if (!resized.ok()) return base::ToGrpcStatus(resized.status());
   response->set_old_size_bytes(resized->old_size_bytes);
   response->set_new_size_bytes(resized->new_size_bytes);

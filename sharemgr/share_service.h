@@ -3,7 +3,6 @@
 // loop. Reads come from the StatusBoard and never touch the loop.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,14 +24,20 @@ struct ShareCommands {
   std::function<absl::Status()> unmount;
   // Filled into every status as it is sent (uptimes are always added). Optional.
   std::function<void(sharemanager::v1::ShareStatus&)> live_fields;
-  // Blocking filesystem operations, run off the RPC thread, one at a time.
+  // Volume operations, run by the volume's owner one at a time; each waits
+  // for its turn until the deadline and is refused at once in a state where
+  // it cannot run (preparing, repairing, failed, stopping).
+  using Deadline = std::chrono::system_clock::time_point;
   // Empty when the share has no block device (the RPCs answer UNIMPLEMENTED).
-  std::function<absl::StatusOr<uint64_t>()> trim;
-  std::function<absl::StatusOr<ResizeResult>()> resize;
-  // Block-device shares: Unmount also unmounts the volume once it is
-  // unexported; Mount mounts it again before re-exporting.
-  std::function<absl::Status()> release_volume;
-  std::function<absl::Status()> attach_volume;
+  std::function<absl::StatusOr<uint64_t>(Deadline)> trim;
+  std::function<absl::StatusOr<ResizeResult>(Deadline)> resize;
+  // Mount: the volume (re)mounted, or a directory share's directory created
+  // when missing, before re-exporting.
+  std::function<absl::Status(Deadline)> attach_volume;
+  // Unmount: whether the volume can be released now (checked before the export
+  // is withdrawn), then released once it is. Empty for a directory share.
+  std::function<absl::Status()> can_release_volume;
+  std::function<absl::Status(Deadline)> release_volume;
 };
 
 class ShareService final : public sharemanager::v1::ShareManager::Service {
@@ -65,20 +70,10 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
                                      std::function<absl::StatusOr<uint64_t>()> op);
   sharemanager::v1::ShareStatus Current() const;
   void Decorate(sharemanager::v1::ShareStatus& status) const;
-  // Runs a filesystem operation on its own thread; refuses (ABORTED) while
-  // another one runs, and waits for it until the caller's deadline.
-  // A volume (un)mount step of Mount/Unmount, run like a filesystem operation.
-  absl::Status RunVolumeStep(grpc::ServerContext* context,
-                             const std::function<absl::Status()>& step, const char* what);
-  template <typename T>
-  absl::StatusOr<T> RunExclusive(grpc::ServerContext* context,
-                                 std::function<absl::StatusOr<T>()> op, const char* what);
 
   StatusBoard& board_;
   ShareCommands commands_;
   uint64_t epoch_;
-  // Shared with operation threads that may outlive a timed-out call.
-  std::shared_ptr<std::atomic<bool>> fs_op_busy_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Fills the derived fields (uptimes) of a status at the time it is sent.

@@ -227,13 +227,14 @@ absl::Status Volume::RemountReadWrite() const {
   return absl::OkStatus();
 }
 
-MountState Volume::ReadMountState() const {
+MountState Volume::ReadMountState() const { return sharemgr::ReadMountState(config_.target); }
+
+MountState ReadMountState(const std::string& target) {
   MountState state;
   libmnt_table* table = mnt_new_table_from_file("/proc/self/mountinfo");
   if (table == nullptr) return state;
-  if (libmnt_fs* fs = mnt_table_find_target(table, config_.target.c_str(), MNT_ITER_BACKWARD);
-      fs != nullptr && mnt_fs_get_target(fs) != nullptr &&
-      config_.target == mnt_fs_get_target(fs)) {
+  if (libmnt_fs* fs = mnt_table_find_target(table, target.c_str(), MNT_ITER_BACKWARD);
+      fs != nullptr && mnt_fs_get_target(fs) != nullptr && target == mnt_fs_get_target(fs)) {
     state.mounted = true;
     if (const char* s = mnt_fs_get_source(fs)) state.source = s;
     if (const char* s = mnt_fs_get_vfs_options(fs)) state.vfs_options = s;
@@ -261,10 +262,13 @@ absl::StatusOr<uint64_t> Volume::Trim() const {
 }
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> Volume::Usage() const {
+  return VolumeUsage(config_.target);
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VolumeUsage(const std::string& target) {
   struct statvfs vfs {};
-  if (statvfs(config_.target.c_str(), &vfs) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("statvfs ", config_.target, ": ", std::strerror(errno)));
+  if (statvfs(target.c_str(), &vfs) != 0) {
+    return absl::UnavailableError(absl::StrCat("statvfs ", target, ": ", std::strerror(errno)));
   }
   return std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
                                        static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};

@@ -45,6 +45,11 @@ struct ResizeResult {
   uint64_t new_size_bytes = 0;
 };
 
+// What mountinfo says about the mount at `target` (any thread; no volume needed).
+MountState ReadMountState(const std::string& target);
+// Filesystem size and free bytes of the mount at `target` (statvfs).
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VolumeUsage(const std::string& target);
+
 class Volume {
  public:
   explicit Volume(VolumeConfig config) : config_(std::move(config)) {}

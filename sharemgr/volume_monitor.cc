@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -59,18 +58,18 @@ absl::Status ProbeIo(const std::string& target) {
 
 }  // namespace
 
-VolumeMonitor::VolumeMonitor(supervisor::EventLoop& loop, Volume& volume,
+VolumeMonitor::VolumeMonitor(supervisor::EventLoop& loop, VolumeOwner& owner, VolumeConfig volume,
                              base::Duration probe_interval, VolumeHooks hooks)
     : loop_(loop),
-      volume_(volume),
+      owner_(owner),
+      volume_(std::move(volume)),
       probe_interval_(probe_interval),
       hooks_(std::move(hooks)),
       probe_timer_(loop, [this] { Check(); }),
-      retry_timer_(loop, [this] { Repair(); }),
-      probe_worker_(loop),
-      repair_worker_(loop) {}
+      probe_worker_(loop) {}
 
 VolumeMonitor::~VolumeMonitor() {
+  *alive_ = false;
   if (mountinfo_token_ != 0) loop_.Unwatch(mountinfo_token_);
 }
 
@@ -87,49 +86,68 @@ void VolumeMonitor::Start() {
   Check();
 }
 
+VolumeOwner::Done VolumeMonitor::OnLoop(std::function<void(absl::Status)> done) {
+  return [&loop = loop_, alive = alive_, done = std::move(done)](absl::Status result) {
+    loop.Post([alive, done, result = std::move(result)] {
+      if (*alive) done(result);
+    });
+  };
+}
+
 void VolumeMonitor::Check() {
+  // Only a mounted volume is probed: the owner knows why it is not mounted
+  // (released by Unmount, under repair, failed, stopping).
+  const VolumeState state = owner_.Snapshot().state;
+  if (state == VolumeState::kReleased && health_.condition != VolumeCondition::kReleased) {
+    Health released;
+    released.condition = VolumeCondition::kReleased;
+    released.detail = absl::StrCat(volume_.target, " unmounted on request");
+    OnHealth(std::move(released));
+  }
+  if (state != VolumeState::kMounted || repair_requested_) return;
   if (probe_worker_.busy()) {
     recheck_ = true;
     // The previous probe is still in the kernel: past the interval, that is a failure.
     if (base::Clock::now() - probe_worker_.started() >= probe_interval_) {
       Health stuck = health_;
       stuck.condition = VolumeCondition::kStuck;
-      stuck.detail = absl::StrCat("I/O probe of ", volume_.config().target, " stuck for over ",
+      stuck.detail = absl::StrCat("I/O probe of ", volume_.target, " stuck for over ",
                                   base::FormatDuration(probe_interval_));
       OnHealth(stuck);
     }
     return;
   }
+  // The task owns copies of what it reads: nothing of the monitor's.
   auto probed = std::make_shared<Health>();
   probe_worker_.TryRun(
-      [this, probed] {
+      [probed, volume = volume_] {
         Health& h = *probed;
-        h.mount = volume_.ReadMountState();
-        if (!h.mount.mounted && released_) {
-          h.condition = VolumeCondition::kReleased;
-          h.detail = absl::StrCat(volume_.config().target, " unmounted on request");
-        } else if (!h.mount.mounted) {
+        h.mount = ReadMountState(volume.target);
+        if (!h.mount.mounted) {
           h.condition = VolumeCondition::kUnmounted;
-          h.detail = absl::StrCat(volume_.config().target, " is not mounted");
+          h.detail = absl::StrCat(volume.target, " is not mounted");
         } else if (h.mount.fs_error) {
           h.condition = VolumeCondition::kFsError;
-          h.detail = absl::StrCat("filesystem error: ", volume_.config().device,
-                                  " went read-only (", h.mount.fs_options, ")");
-        } else if (auto io = ProbeIo(volume_.config().target); !io.ok()) {
+          h.detail = absl::StrCat("filesystem error: ", volume.device, " went read-only (",
+                                  h.mount.fs_options, ")");
+        } else if (auto io = ProbeIo(volume.target); !io.ok()) {
           h.condition = VolumeCondition::kFsError;
           h.detail = absl::StrCat("filesystem error: ", io.message());
         } else if (h.mount.read_only) {
           h.condition = VolumeCondition::kReadOnly;
-          h.detail = absl::StrCat(volume_.config().target, " is mounted read-only");
+          h.detail = absl::StrCat(volume.target, " is mounted read-only");
         }
-        if (auto usage = volume_.Usage(); usage.ok() && h.mount.mounted) {
+        if (auto usage = VolumeUsage(volume.target); usage.ok() && h.mount.mounted) {
           h.size_bytes = usage->first;
           h.free_bytes = usage->second;
         }
         return absl::OkStatus();
       },
       [this, probed](absl::Status) {
-        OnHealth(std::move(*probed));
+        // A probe that raced an Unmount or a repair saw a volume in transit.
+        if (owner_.Snapshot().state == VolumeState::kMounted && !repair_requested_) {
+          OnHealth(std::move(*probed));
+        }
         if (std::exchange(recheck_, false)) Check();
       });
 }
@@ -140,11 +158,11 @@ void VolumeMonitor::OnHealth(Health health) {
                        health.mount.fs_options != health_.mount.fs_options;
   if (health.condition != health_.condition) {
     if (health.condition == VolumeCondition::kHealthy) {
-      spdlog::info("volume {} healthy again", volume_.config().device);
+      spdlog::info("volume {} healthy again", volume_.device);
     } else {
       const auto level =
           health.condition == VolumeCondition::kReleased ? spdlog::level::info : spdlog::level::err;
-      spdlog::log(level, "volume {}: {}", volume_.config().device, health.detail);
+      spdlog::log(level, "volume {}: {}", volume_.device, health.detail);
     }
   }
   size_bytes_ = health.size_bytes;
@@ -156,81 +174,83 @@ void VolumeMonitor::OnHealth(Health health) {
   const bool repairable = health_.condition != VolumeCondition::kHealthy &&
                           health_.condition != VolumeCondition::kStuck &&
                           health_.condition != VolumeCondition::kReleased;
-  if (repairable && !repairing_) {
-    repairing_ = true;
-    attempts_ = 0;
-    Repair();
-  }
+  if (repairable && !repair_requested_) Repair();
 }
 
 void VolumeMonitor::Repair() {
-  const VolumeCondition condition = health_.condition;
-  ++attempts_;
-  if (condition == VolumeCondition::kReadOnly) {
-    spdlog::info("repairing {}: remount read-write (attempt {})", volume_.config().target,
-                 attempts_);
-    repair_worker_.TryRun([this] { return volume_.RemountReadWrite(); },
-                          [this](absl::Status result) {
-                            if (!result.ok()) return RepairFailed(std::string(result.message()));
-                            FinishRepair(hooks_.repaired_in_place);
-                          });
+  repair_requested_ = true;
+  if (health_.condition == VolumeCondition::kReadOnly) {
+    spdlog::info("repairing {}: remount read-write", volume_.target);
+    owner_.RepairInPlace(health_.detail,
+                         OnLoop([this](absl::Status result) { OnRepairDone(true, result); }));
     return;
   }
-  spdlog::info("repairing {}: unexport, unmount, check, mount, re-export (attempt {})",
-               volume_.config().device, attempts_);
-  hooks_.withdraw_export();
-  hooks_.changed();
-  repair_worker_.TryRun(
-      [this] {
-        // Let ganesha drop the export (it rereads its config on SIGHUP) before unmounting.
-        std::this_thread::sleep_for(milliseconds(200));
-        if (auto s = volume_.Unmount(milliseconds(10'000)); !s.ok()) return s;
-        if (auto s = volume_.Check(true); !s.ok()) return s;
-        return volume_.Mount();
-      },
-      [this](absl::Status result) {
-        if (!result.ok()) return RepairFailed(std::string(result.message()));
-        FinishRepair(hooks_.restore_export);
-      });
+  RepairFull();
 }
 
-void VolumeMonitor::FinishRepair(const std::function<void()>& hook) {
-  repairing_ = false;
-  hook();
-  // Ready() changed with repairing_. The probe that saw the volume healthy
-  // again may have finished before this (our own remount fires a mountinfo
-  // event), and then no later probe reports a change: re-evaluate here, or
-  // readiness waits for the next NFS probe.
+void VolumeMonitor::RepairFull() {
+  spdlog::info("repairing {}: unexport, then check the device, unmount, check, mount, re-export",
+               volume_.device);
+  hooks_.withdraw_export();
+  hooks_.changed();
+  owner_.RepairFull(health_.detail,
+                    OnLoop([this](absl::Status result) { OnRepairDone(false, result); }));
+}
+
+void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
+  const VolumeState state = owner_.Snapshot().state;
+  if (state == VolumeState::kStopping) return;
+  if (!result.ok()) {
+    // A failed in-place remount escalates to the full cycle; a failed full
+    // repair (or a spent repair budget) ends the share.
+    if (in_place && state == VolumeState::kMounted) return RepairFull();
+    repair_requested_ = false;
+    if (state == VolumeState::kFailed) {
+      hooks_.give_up(owner_.Snapshot().detail);
+    } else {
+      spdlog::warn("repair of {} not run: {}", volume_.device, result.message());
+      hooks_.changed();
+    }
+    return;
+  }
+  repair_requested_ = false;
+  // The repair made the volume healthy; the next probe confirms it.
+  health_.condition = VolumeCondition::kHealthy;
+  health_.detail.clear();
+  if (in_place) {
+    hooks_.repaired_in_place();
+  } else {
+    hooks_.restore_export();
+  }
+  // Ready() changed. The probe that saw the volume healthy again may have
+  // finished before this (our own remount fires a mountinfo event), and then
+  // no later probe reports a change: re-evaluate here, or readiness waits for
+  // the next NFS probe.
   hooks_.changed();
   Check();
 }
 
-void VolumeMonitor::RepairFailed(const std::string& error) {
-  spdlog::error("repair of {} failed (attempt {}/{}): {}", volume_.config().device, attempts_,
-                kMaxRepairAttempts, error);
-  if (attempts_ >= kMaxRepairAttempts) {
-    hooks_.give_up(absl::StrCat("volume ", volume_.config().device, " could not be repaired after ",
-                                attempts_, " attempts: ", error));
-    return;
-  }
-  // A failed in-place remount escalates to the full cycle.
-  if (health_.condition == VolumeCondition::kReadOnly)
-    health_.condition = VolumeCondition::kFsError;
-  retry_timer_.Arm(milliseconds(500 << attempts_));
-}
-
 absl::Status VolumeMonitor::Ready() const {
+  const VolumeSnapshot owner = owner_.Snapshot();
+  if (owner.state == VolumeState::kRepairing) {
+    return absl::UnavailableError(
+        absl::StrCat("repairing the volume: ", owner.repair ? owner.repair->what : owner.detail));
+  }
+  if (owner.state == VolumeState::kFailed) {
+    return absl::UnavailableError(absl::StrCat("volume failed: ", owner.detail));
+  }
   if (health_.condition != VolumeCondition::kHealthy) {
     return absl::UnavailableError(absl::StrCat("volume ", Name(health_.condition), ": ",
-                                               health_.detail, repairing_ ? " (repairing)" : ""));
+                                               health_.detail,
+                                               repair_requested_ ? " (repair requested)" : ""));
   }
-  if (repairing_) return absl::UnavailableError("volume under repair");
+  if (repair_requested_) return absl::UnavailableError("volume under repair");
   return absl::OkStatus();
 }
 
 void VolumeMonitor::Fill(sharemanager::v1::ShareStatus& status) const {
-  status.set_device(volume_.config().device);
-  status.set_filesystem(FsName(volume_.config().fs));
+  status.set_device(volume_.device);
+  status.set_filesystem(FsName(volume_.fs));
   status.set_mount_options(
       health_.mount.mounted ? absl::StrCat(health_.mount.vfs_options, " ", health_.mount.fs_options)
                             : "");

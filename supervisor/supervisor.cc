@@ -82,7 +82,9 @@ void Supervisor::Unwatch(uint64_t& token) {
   token = 0;
 }
 
-void Supervisor::Start() {
+void Supervisor::Hold(std::string reason) {
+  if (held_) return;
+  held_ = true;
   const sigset_t set = SupervisedSignals();
   signal_fd_.reset(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
   if (signal_fd_) {
@@ -94,7 +96,16 @@ void Supervisor::Start() {
   if (!options_.log_file.empty()) {
     log_file_.emplace(loop_, options_.log_file, spdlog::get("ganesha"));
   }
+  if (!reason.empty()) status_.reason = std::move(reason);
   Publish();
+}
+
+void Supervisor::Start() {
+  Hold("");
+  if (status_.state == State::kStarting) {
+    status_.reason = machine_.reason();
+    Publish();
+  }
   SpawnChild();
 }
 
@@ -103,7 +114,7 @@ void Supervisor::Publish() {
 }
 
 void Supervisor::SpawnChild() {
-  if (outcome_ || status_.state == State::kStopping) return;
+  if (outcome_ || status_.state == State::kStopping || status_.state == State::kFailed) return;
   auto child = ChildProcess::Spawn(options_.command);
   const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);

@@ -70,8 +70,12 @@ class Supervisor {
 
   // All below: loop thread only.
   void AddStatusObserver(StatusObserver observer) { observers_.push_back(std::move(observer)); }
-  // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by BlockSupervisedSignals)
-  // and starts the child. The loop quits once an Outcome is reached.
+  // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
+  // BlockSupervisedSignals) and publishes STARTING with `reason`, without
+  // starting the child yet (while the volume is prepared): a SIGTERM then ends
+  // the run cleanly, and Fail() fails it. The loop quits once an Outcome is reached.
+  void Hold(std::string reason);
+  // Hold (unless held already), then starts the child.
   void Start();
   void Stop(std::string reason);
   // Gives up for a reason outside ganesha (e.g. the volume cannot be repaired):
@@ -128,6 +132,7 @@ class Supervisor {
   base::TimePoint start_deadline_{};
   std::optional<base::TimePoint> fast_until_;
   std::optional<Outcome> outcome_;
+  bool held_ = false;
 
   Timer probe_timer_;
   Timer restart_timer_;

@@ -6,7 +6,8 @@
 
 namespace supervisor {
 
-// Shared with the thread, so a detached thread stuck in a task stays valid.
+// Shared with the thread and the loop tasks it posts, which may run after the
+// Worker is gone (they then do nothing).
 struct Worker::State {
   EventLoop* loop;
   std::mutex mu;
@@ -44,21 +45,17 @@ Worker::Worker(EventLoop& loop) : state_(std::make_shared<State>()) {
 }
 
 Worker::~Worker() {
-  bool stuck;
   {
-    std::unique_lock lock(state_->mu);
-    // A task about to finish is waited for (it may use its owner's members);
-    // only one stuck longer than this is left behind.
-    state_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return !state_->busy; });
+    std::lock_guard lock(state_->mu);
     state_->quit = true;
-    stuck = state_->busy;
   }
   state_->cv.notify_all();
-  if (stuck) {
-    state_->thread.detach();
-  } else {
-    state_->thread.join();
-  }
+  state_->thread.join();
+}
+
+bool Worker::WaitIdle(base::Duration budget) {
+  std::unique_lock lock(state_->mu);
+  return state_->cv.wait_for(lock, budget, [&] { return !state_->busy; });
 }
 
 bool Worker::TryRun(Task task, Done done) {

@@ -1,7 +1,8 @@
-// Runs blocking work (a probe, a mount, an fsck) on its own thread, one task
-// at a time, and hands each result back on the EventLoop, so the loop never
-// blocks. A task stuck in the kernel cannot stall shutdown: the destructor
-// leaves such a thread behind (detached) instead of joining it.
+// Runs blocking work (a probe) on its own thread, one task at a time, and
+// hands each result back on the EventLoop, so the loop never blocks. The
+// destructor joins the thread: a task must end (its owner bounds it, and
+// WaitIdle tells a shutdown whether one is stuck in the kernel, in which case
+// the process exits without destroying it). Tasks capture only what they own.
 #pragma once
 
 #include <functional>
@@ -26,6 +27,8 @@ class Worker {
   // the loop thread with the task's result, unless the Worker is gone by then.
   bool TryRun(Task task, Done done);
   bool busy() const;
+  // Waits up to `budget` for a running task to end; false if it is still running.
+  bool WaitIdle(base::Duration budget);
   // When the running task started (for deadlines enforced by the caller).
   base::TimePoint started() const;
 

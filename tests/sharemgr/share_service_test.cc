@@ -1,13 +1,13 @@
-// The gRPC service's own rules, called directly: epoch fencing and one
-// filesystem operation at a time.
+// The gRPC service's own rules, called directly: epoch fencing, and volume
+// operations handed to the volume's owner with the caller's deadline.
 #include "sharemgr/share_service.h"
 
 #include <doctest/doctest.h>
 #include <grpcpp/server_context.h>
 
-#include <condition_variable>
-#include <future>
+#include <chrono>
 #include <thread>
+#include <vector>
 
 namespace sharemgr {
 namespace {
@@ -44,36 +44,37 @@ TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   CHECK(service.Mount(&context, &request, &response).ok());
 }
 
-TEST_CASE("a second trim while one runs is refused, not queued") {
+TEST_CASE("volume operations get a capped deadline, and their refusal verbatim") {
   StatusBoard board;
   FakeLoop loop;
-  std::promise<void> started, release;
-  auto release_future = release.get_future().share();
+  std::vector<ShareCommands::Deadline> seen;
   ShareService service(
       board,
       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
-                    .trim = [&, release_future]() -> absl::StatusOr<uint64_t> {
-                      started.set_value();
-                      release_future.wait();
-                      return 4096;
+                    .trim = [&](ShareCommands::Deadline d) -> absl::StatusOr<uint64_t> {
+                      seen.push_back(d);
+                      if (seen.size() == 1) return 4096;
+                      return absl::UnavailableError("trim refused: repairing the filesystem");
                     }},
       0);
-  v1::FilesystemTrimResponse first_response;
-  std::thread first([&] {
-    grpc::ServerContext context;
-    v1::FilesystemTrimRequest request;
-    CHECK(service.FilesystemTrim(&context, &request, &first_response).ok());
-  });
-  started.get_future().wait();
-  grpc::ServerContext context;
   v1::FilesystemTrimRequest request;
   v1::FilesystemTrimResponse response;
-  const auto refused = service.FilesystemTrim(&context, &request, &response);
-  CHECK(refused.error_code() == grpc::StatusCode::ABORTED);
-  CHECK(refused.error_message().find("refused (not queued)") != std::string::npos);
-  release.set_value();
-  first.join();
-  CHECK(first_response.bytes_trimmed() == 4096);
+  {
+    grpc::ServerContext context;  // no deadline: capped at an hour
+    CHECK(service.FilesystemTrim(&context, &request, &response).ok());
+    CHECK(response.bytes_trimmed() == 4096);
+  }
+  const auto now = std::chrono::system_clock::now();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] <= now + std::chrono::hours(1));
+  CHECK(seen[0] > now + std::chrono::minutes(59));
+  {
+    grpc::ServerContext context;
+    const auto refused = service.FilesystemTrim(&context, &request, &response);
+    CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
+    CHECK(refused.error_message() == "trim refused: repairing the filesystem");
+  }
+  CHECK(seen.size() == 2);
 }
 
 TEST_CASE("without a block device, trim and resize say so") {

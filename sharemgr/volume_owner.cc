@@ -1,0 +1,426 @@
+#include "sharemgr/volume_owner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <future>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "base/fmt_absl.h"
+
+namespace sharemgr {
+namespace {
+
+using base::Clock;
+
+base::TimePoint ToSteady(VolumeOwner::Deadline deadline) {
+  const auto left = deadline - std::chrono::system_clock::now();
+  // Infinite gRPC deadlines are far in the future; cap them so the sum cannot overflow.
+  const auto capped = std::min<std::chrono::system_clock::duration>(left, std::chrono::hours(24));
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(capped);
+}
+
+std::string Seconds(base::TimePoint since) {
+  return absl::StrCat(
+      std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - since).count(), " s");
+}
+
+// Repairs run only on a mounted volume: one released, failed or stopping is not theirs.
+std::function<absl::Status(VolumeState)> OnlyMounted(const char* refusal) {
+  return [refusal](VolumeState state) {
+    return state == VolumeState::kMounted
+               ? absl::OkStatus()
+               : absl::FailedPreconditionError(
+                     absl::StrCat(refusal, ": the volume is ", VolumeStateName(state)));
+  };
+}
+
+}  // namespace
+
+const char* VolumeStateName(VolumeState state) {
+  switch (state) {
+    case VolumeState::kPreparing:
+      return "preparing";
+    case VolumeState::kMounted:
+      return "mounted";
+    case VolumeState::kReleased:
+      return "released";
+    case VolumeState::kRepairing:
+      return "repairing";
+    case VolumeState::kFailed:
+      return "failed";
+    case VolumeState::kStopping:
+      return "stopping";
+  }
+  return "unknown";
+}
+
+VolumeOwner::VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change)
+    : volume_(volume),
+      options_(std::move(options)),
+      on_change_(std::move(on_change)),
+      thread_([this] { ThreadMain(); }) {}
+
+VolumeOwner::~VolumeOwner() {
+  // The daemon calls Stop with its own budget first and does not destroy an
+  // owner whose thread is stuck; this waits for a thread that will end.
+  Stop(base::Duration::max());
+  thread_.join();
+}
+
+void VolumeOwner::Enqueue(Job job) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(job));
+      return;
+    }
+  }
+  if (job.done) job.done(absl::UnavailableError("share-manager is stopping"));
+}
+
+void VolumeOwner::ThreadMain() {
+  for (;;) {
+    Job job;
+    VolumeState state;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](VolumeOwner* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+            return self->quit_ || !self->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) break;  // quit_ with nothing left (Stop drops queued jobs)
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      state = state_;
+      running_ = true;
+    }
+    absl::Status result = job.start_by && Clock::now() > *job.start_by
+                              ? absl::DeadlineExceededError(absl::StrCat(
+                                    job.name, " waited for its turn past the caller's deadline"))
+                              : job.admit(state);
+    if (result.ok()) {
+      spdlog::debug("volume: {} starts", job.name);
+      result = job.run();
+    }
+    if (job.done) job.done(result);
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    ++finished_jobs_;
+  }
+  // Last, with ganesha gone: nothing may hold the device after the share-manager.
+  if (volume_.ReadMountState().mounted) {
+    if (auto s = volume_.Unmount(options_.unmount_budget); !s.ok()) {
+      spdlog::error("volume: {}", s.message());
+    }
+  }
+}
+
+void VolumeOwner::SetState(VolumeState state, std::string detail) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Stopping is final: an operation that ends during the stop does not undo it.
+    if (state_ == VolumeState::kStopping ||
+        (state_ == VolumeState::kFailed && state != VolumeState::kStopping)) {
+      return;
+    }
+    if (state_ == state && detail_ == detail) return;
+    if (state_ != state) {
+      spdlog::info("volume {}: {} -> {}{}{}", volume_.config().device, VolumeStateName(state_),
+                   VolumeStateName(state), detail.empty() ? "" : ": ", detail);
+    }
+    state_ = state;
+    detail_ = std::move(detail);
+  }
+  if (on_change_) on_change_();
+}
+
+void VolumeOwner::SetRepair(std::optional<RepairInfo> repair) {
+  {
+    absl::MutexLock lock(&mu_);
+    repair_ = std::move(repair);
+  }
+  if (on_change_) on_change_();
+}
+
+VolumeSnapshot VolumeOwner::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return VolumeSnapshot{.state = state_, .detail = detail_, .repair = repair_};
+}
+
+absl::Status VolumeOwner::CanRelease() const {
+  return AdmitRpc(Snapshot().state, {VolumeState::kMounted, VolumeState::kReleased}, "Unmount");
+}
+
+absl::Status VolumeOwner::AdmitRpc(VolumeState state, std::initializer_list<VolumeState> allowed,
+                                   const char* what) const {
+  for (VolumeState ok : allowed) {
+    if (state == ok) return absl::OkStatus();
+  }
+  const VolumeSnapshot now = Snapshot();
+  switch (state) {
+    case VolumeState::kPreparing:
+      return absl::UnavailableError(absl::StrCat(
+          what, " refused: the volume is still being prepared (device, check, mount)",
+          now.repair ? absl::StrCat(", ", Seconds(now.repair->started), " so far") : ""));
+    case VolumeState::kRepairing:
+      return absl::UnavailableError(
+          absl::StrCat(what, " refused: repairing the filesystem",
+                       now.repair ? absl::StrCat(" (", now.repair->what, "), ~",
+                                                 Seconds(now.repair->started), " so far")
+                                  : ""));
+    case VolumeState::kFailed:
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " refused: the volume failed: ", now.detail));
+    case VolumeState::kStopping:
+      return absl::UnavailableError(absl::StrCat(what, " refused: share-manager is stopping"));
+    case VolumeState::kReleased:
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " refused: the volume was unmounted by Unmount; Mount it first"));
+    case VolumeState::kMounted:
+      break;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(what, " refused: the volume is mounted"));
+}
+
+absl::Status VolumeOwner::RunForCaller(std::string name,
+                                       std::function<absl::Status(VolumeState)> admit,
+                                       std::function<absl::Status()> run, Deadline deadline) {
+  // Refuse at once what cannot run now; what can waits for its turn.
+  if (auto now = admit(Snapshot().state); !now.ok()) return now;
+  // Shared with the job, which may finish after the caller gave up.
+  auto outcome = std::make_shared<std::promise<absl::Status>>();
+  auto result = outcome->get_future();
+  const base::TimePoint start_by = ToSteady(deadline);
+  Enqueue(Job{.name = std::move(name),
+              .admit = std::move(admit),
+              .run = std::move(run),
+              .done = [outcome](absl::Status s) { outcome->set_value(std::move(s)); },
+              .start_by = start_by});
+  // Wake at the deadline, when a job ends (ours may be done) or when stopping starts.
+  for (;;) {
+    if (result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return result.get();
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("share-manager is stopping");
+    const uint64_t seen = finished_jobs_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || finished_jobs_ != seen;
+    };
+    if (!mu_.AwaitWithDeadline(
+            absl::Condition(&changed),
+            absl::FromChrono(
+                std::min(deadline, std::chrono::system_clock::now() + std::chrono::hours(24))))) {
+      return absl::DeadlineExceededError(
+          "the volume operation did not complete before the caller's deadline; if it started, it "
+          "goes on");
+    }
+  }
+}
+
+void VolumeOwner::Prepare(Done done) {
+  Enqueue(Job{.name = "prepare",
+              .admit = [](VolumeState) { return absl::OkStatus(); },
+              .run =
+                  [this] {
+                    SetRepair(RepairInfo{.what = "preparing the volume: device, check, mount",
+                                         .started = Clock::now(),
+                                         .started_wall = std::chrono::system_clock::now()});
+                    absl::Status status = volume_.Prepare();
+                    SetRepair(std::nullopt);
+                    if (status.ok()) {
+                      SetState(VolumeState::kMounted, "");
+                    } else {
+                      SetState(VolumeState::kFailed, std::string(status.message()));
+                    }
+                    return status;
+                  },
+              .done = std::move(done)});
+}
+
+void VolumeOwner::RepairInPlace(std::string why, Done done) {
+  Enqueue(Job{.name = "remount read-write",
+              .admit = OnlyMounted("no in-place repair"),
+              .run =
+                  [this, why = std::move(why)] {
+                    SetState(VolumeState::kRepairing, why);
+                    SetRepair(RepairInfo{.what = absl::StrCat("remount read-write (", why, ")"),
+                                         .started = Clock::now(),
+                                         .started_wall = std::chrono::system_clock::now()});
+                    absl::Status status = volume_.RemountReadWrite();
+                    SetRepair(std::nullopt);
+                    SetState(VolumeState::kMounted,
+                             status.ok() ? "" : std::string(status.message()));
+                    return status;
+                  },
+              .done = std::move(done)});
+}
+
+void VolumeOwner::RepairFull(std::string why, Done done) {
+  Enqueue(Job{.name = "full repair",
+              .admit = OnlyMounted("no repair"),
+              .run = [this, why = std::move(why)] { return DoRepairFull(why); },
+              .done = std::move(done)});
+}
+
+bool VolumeOwner::PauseUnlessStopping(base::Duration pause) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  return !mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::FromChrono(pause));
+}
+
+absl::Status VolumeOwner::DoRepairFull(const std::string& why) {
+  const base::TimePoint now = Clock::now();
+  int in_window = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::erase_if(full_repairs_,
+                  [&](base::TimePoint t) { return now - t > options_.repair_window; });
+    in_window = static_cast<int>(full_repairs_.size());
+    if (in_window < options_.max_full_repairs) full_repairs_.push_back(now);
+  }
+  if (in_window >= options_.max_full_repairs) {
+    const std::string reason = absl::StrCat(
+        "the volume needed ", in_window, " full repairs within ",
+        base::FormatDuration(options_.repair_window), " (--max-repairs ", options_.max_full_repairs,
+        "); it keeps failing, so it is not checked again: ", why);
+    SetState(VolumeState::kFailed, reason);
+    return absl::DataLossError(reason);
+  }
+  SetState(VolumeState::kRepairing, why);
+  RepairInfo info{.started = now,
+                  .started_wall = std::chrono::system_clock::now(),
+                  .full_repairs_in_window = in_window + 1,
+                  .max_full_repairs = options_.max_full_repairs};
+  absl::Status status;
+  for (int attempt = 1; attempt <= options_.attempts_per_repair; ++attempt) {
+    auto step = [&](const std::string& what) {
+      info.what = absl::StrCat(what, " (full repair after ", why, ", attempt ", attempt, "/",
+                               options_.attempts_per_repair, ")");
+      SetRepair(info);
+    };
+    step("unmounting");
+    if (!PauseUnlessStopping(options_.export_drain)) break;
+    status = volume_.Unmount(options_.unmount_budget);
+    if (status.ok()) {
+      step("checking the filesystem");
+      status = volume_.Check(true);
+    }
+    if (status.ok()) {
+      step("mounting");
+      status = volume_.Mount();
+    }
+    if (status.ok()) break;
+    spdlog::error("repair of {} failed (attempt {}/{}): {}", volume_.config().device, attempt,
+                  options_.attempts_per_repair, status.message());
+    if (attempt < options_.attempts_per_repair &&
+        !PauseUnlessStopping(options_.attempt_backoff * (1 << (attempt - 1)))) {
+      break;
+    }
+  }
+  SetRepair(std::nullopt);
+  if (Snapshot().state == VolumeState::kStopping) {
+    return absl::UnavailableError("repair interrupted: share-manager is stopping");
+  }
+  if (!status.ok()) {
+    const std::string reason =
+        absl::StrCat("volume ", volume_.config().device, " could not be repaired after ",
+                     options_.attempts_per_repair, " attempts: ", status.message());
+    SetState(VolumeState::kFailed, reason);
+    return absl::DataLossError(reason);
+  }
+  SetState(VolumeState::kMounted, "");
+  return absl::OkStatus();
+}
+
+absl::Status VolumeOwner::Attach(Deadline deadline) {
+  return RunForCaller(
+      "mount (Mount)",
+      [this](VolumeState s) {
+        return AdmitRpc(s, {VolumeState::kMounted, VolumeState::kReleased}, "Mount");
+      },
+      [this] {
+        if (!volume_.ReadMountState().mounted) {
+          if (auto status = volume_.Mount(); !status.ok()) return status;
+        }
+        SetState(VolumeState::kMounted, "");
+        return absl::OkStatus();
+      },
+      deadline);
+}
+
+absl::Status VolumeOwner::Release(Deadline deadline) {
+  return RunForCaller(
+      "unmount (Unmount)", [this](VolumeState) { return CanRelease(); },
+      [this] {
+        // Released first: the monitor must not take the unmount for a failure.
+        SetState(VolumeState::kReleased, "unmounted by Unmount");
+        auto status = volume_.Unmount(options_.unmount_budget);
+        if (!status.ok()) SetState(VolumeState::kMounted, "");
+        return status;
+      },
+      deadline);
+}
+
+absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
+  auto trimmed = std::make_shared<uint64_t>(0);
+  auto status = RunForCaller(
+      "trim", [this](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, "trim"); },
+      [this, trimmed]() -> absl::Status {
+        auto bytes = volume_.Trim();
+        if (!bytes.ok()) return bytes.status();
+        *trimmed = *bytes;
+        return absl::OkStatus();
+      },
+      deadline);
+  if (!status.ok()) return status;
+  return *trimmed;
+}
+
+absl::StatusOr<ResizeResult> VolumeOwner::Resize(Deadline deadline) {
+  auto resized = std::make_shared<ResizeResult>();
+  auto status = RunForCaller(
+      "resize", [this](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, "resize"); },
+      [this, resized]() -> absl::Status {
+        auto result = volume_.Resize();
+        if (!result.ok()) return result.status();
+        *resized = *result;
+        return absl::OkStatus();
+      },
+      deadline);
+  if (!status.ok()) return status;
+  return *resized;
+}
+
+void VolumeOwner::BeginStop() {
+  std::deque<Job> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    dropped.swap(queue_);
+  }
+  SetState(VolumeState::kStopping, "share-manager is stopping");
+  for (Job& job : dropped) {
+    if (job.done) job.done(absl::UnavailableError("share-manager is stopping"));
+  }
+}
+
+bool VolumeOwner::Stop(base::Duration budget) {
+  BeginStop();
+  absl::MutexLock lock(&mu_);
+  quit_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
+  if (budget == base::Duration::max()) {
+    mu_.Await(absl::Condition(&idle));
+    return true;
+  }
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::FromChrono(budget))) {
+    spdlog::error("volume: an operation on {} is still running after {}; not waiting longer",
+                  volume_.config().device, base::FormatDuration(budget));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace sharemgr

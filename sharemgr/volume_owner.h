@@ -1,0 +1,149 @@
+// The one owner of a block-device volume. Every operation on the device
+// (prepare at start, the Mount/Unmount RPCs, repairs, trim, resize, the final
+// unmount at stop) runs on the owner's device thread, one at a time, in an
+// explicit state. An operation that cannot run in the current state is
+// refused at once with a clear status; one that can waits for its turn within
+// its caller's deadline. Nothing else touches the device.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/clock.h"
+#include "sharemgr/volume.h"
+
+namespace sharemgr {
+
+enum class VolumeState { kPreparing, kMounted, kReleased, kRepairing, kFailed, kStopping };
+
+const char* VolumeStateName(VolumeState state);
+
+struct VolumeOwnerOptions {
+  // Full repairs (unmount, check, mount) allowed within `repair_window`; the
+  // next one fails the volume instead: a device that keeps failing is not
+  // checked and remounted for ever.
+  int max_full_repairs = 3;
+  base::Duration repair_window{std::chrono::hours(1)};
+  // Attempts within one full repair, with a growing pause between them.
+  int attempts_per_repair = 3;
+  base::Duration attempt_backoff{500};
+  // Let ganesha drop the export (it rereads its config) before unmounting.
+  base::Duration export_drain{200};
+  base::Duration unmount_budget{10'000};
+};
+
+// A repair (or the start-up check) in progress, as published in the status.
+struct RepairInfo {
+  std::string what;
+  base::TimePoint started;
+  std::chrono::system_clock::time_point started_wall;
+  int full_repairs_in_window = 0;
+  int max_full_repairs = 0;
+};
+
+struct VolumeSnapshot {
+  VolumeState state = VolumeState::kPreparing;
+  // Why it failed, or what was asked of it last.
+  std::string detail;
+  std::optional<RepairInfo> repair;
+};
+
+class VolumeOwner {
+ public:
+  // Outcome of an internal operation; runs on the device thread.
+  using Done = std::function<void(absl::Status)>;
+  // Every state or repair change; runs on the device thread.
+  using OnChange = std::function<void()>;
+  using Deadline = std::chrono::system_clock::time_point;
+
+  VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change);
+  // Stops (see Stop) and joins the device thread.
+  ~VolumeOwner();
+  VolumeOwner(const VolumeOwner&) = delete;
+  VolumeOwner& operator=(const VolumeOwner&) = delete;
+
+  // Internal operations, queued behind whatever runs; any thread.
+  // Wait for the device, detect, (format), check, mount: kPreparing -> kMounted or kFailed.
+  void Prepare(Done done);
+  // A read-only remount: remount read-write in place (kRepairing while it runs).
+  void RepairInPlace(std::string why, Done done);
+  // A filesystem error or a lost mount, once the export is withdrawn: check
+  // the device, then unmount, check, mount (a few attempts). Counts against
+  // the repair budget; spent, or the device failing: kFailed.
+  void RepairFull(std::string why, Done done);
+
+  // RPC operations; any thread. They wait for their turn until `deadline`,
+  // and are refused at once while the volume is preparing, repairing, failed
+  // or stopping.
+  absl::Status Attach(Deadline deadline);   // Mount: a released volume is mounted again
+  absl::Status Release(Deadline deadline);  // Unmount: kMounted -> kReleased
+  // What Release would answer at once in the current state (OK if it may run).
+  absl::Status CanRelease() const;
+  absl::StatusOr<uint64_t> Trim(Deadline deadline);
+  absl::StatusOr<ResizeResult> Resize(Deadline deadline);
+
+  // Stopping starts: new work is refused, queued work is dropped, waiting
+  // callers are answered, the running operation is asked to stop (a filesystem
+  // check gets SIGTERM and stops at a safe point; nothing is SIGKILLed). Any thread.
+  void BeginStop();
+  // BeginStop, then waits up to `budget` for the running operation and
+  // unmounts the volume. False when an operation was still running at the
+  // budget (stuck in the kernel): the device thread cannot be joined then.
+  bool Stop(base::Duration budget);
+
+  VolumeSnapshot Snapshot() const;
+
+ private:
+  struct Job {
+    std::string name;
+    // Admission, checked when the job is about to run (the state may have
+    // moved since it was queued).
+    std::function<absl::Status(VolumeState)> admit;
+    std::function<absl::Status()> run;
+    Done done;
+    std::optional<base::TimePoint> start_by;  // a caller's deadline; unset for internal jobs
+  };
+
+  void Enqueue(Job job);
+  // Queues a job for an RPC and waits for its outcome until `deadline`.
+  absl::Status RunForCaller(std::string name, std::function<absl::Status(VolumeState)> admit,
+                            std::function<absl::Status()> run, Deadline deadline);
+  void ThreadMain();
+  void SetState(VolumeState state, std::string detail);
+  void SetRepair(std::optional<RepairInfo> repair);
+  // Refusal for a state in which an RPC cannot run; OK in `allowed` states.
+  absl::Status AdmitRpc(VolumeState state, std::initializer_list<VolumeState> allowed,
+                        const char* what) const;
+  absl::Status DoRepairFull(const std::string& why);
+  // Sleeps unless stopping; false when stopping.
+  bool PauseUnlessStopping(base::Duration pause);
+
+  Volume& volume_;
+  const VolumeOwnerOptions options_;
+  const OnChange on_change_;
+
+  mutable absl::Mutex mu_;
+  VolumeState state_ ABSL_GUARDED_BY(mu_) = VolumeState::kPreparing;
+  std::string detail_ ABSL_GUARDED_BY(mu_);
+  std::optional<RepairInfo> repair_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes RPC callers that wait for a job (every job end, and at stop).
+  uint64_t finished_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<base::TimePoint> full_repairs_ ABSL_GUARDED_BY(mu_);  // device thread writes
+
+  std::thread thread_;  // last: starts once everything above is initialized
+};
+
+}  // namespace sharemgr
