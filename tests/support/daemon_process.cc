@@ -42,18 +42,31 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->volume_ = spec.volume;
   d->nfs_port_ = base::FreeLoopbackPort();
   d->addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
-  std::vector<std::string> argv = {ShareManagerBinary(), "daemon",
-                                   "--volume",           spec.volume,
-                                   "--export-dir",       d->export_dir_,
-                                   "--state-dir",        d->state_dir_,
-                                   "--nfs-address",      "127.0.0.1",
-                                   "--nfs-port",         std::to_string(d->nfs_port_),
-                                   "--listen",           d->addr_,
-                                   "--grace-period",     "2",
-                                   "--lease-lifetime",   "2",
-                                   "--stop-timeout",     "3s",
-                                   "--failed-linger",    "1s",
-                                   "--log-level",        "debug"};
+  std::vector<std::string> argv = {
+      ShareManagerBinary(),
+      "daemon",
+      "--volume",
+      spec.volume,
+      "--export-dir",
+      spec.spell_export_dir ? spec.spell_export_dir(d->export_dir_) : d->export_dir_,
+      "--state-dir",
+      d->state_dir_,
+      "--nfs-address",
+      "127.0.0.1",
+      "--nfs-port",
+      std::to_string(d->nfs_port_),
+      "--listen",
+      d->addr_,
+      "--grace-period",
+      "2",
+      "--lease-lifetime",
+      "2",
+      "--stop-timeout",
+      "3s",
+      "--failed-linger",
+      "1s",
+      "--log-level",
+      "debug"};
   argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
   auto child = supervisor::ChildProcess::Spawn(argv);
   if (!child.ok()) return child.status();

@@ -40,6 +40,9 @@ struct DaemonSpec {
   // Fast-test defaults; tests append or override with extra flags.
   std::vector<std::string> extra_flags;
   bool wait_until_serving = true;
+  // How --export-dir is spelled on the command line, given the real directory
+  // (e.g. with a trailing slash); the directory as it is when unset.
+  std::function<std::string(const std::string& export_dir)> spell_export_dir;
 };
 
 class DaemonProcess {

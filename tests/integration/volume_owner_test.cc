@@ -1,0 +1,350 @@
+// One owner per volume, end to end: real loop devices, real ganesha, a real
+// e2fsck behind a wrapper that can be slowed down and that records every run
+// and every signal it got. Repairs, RPCs and stops never fight over the device.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/daemon_process.h"
+#include "tests/support/loop_device.h"
+
+namespace {
+
+namespace v1 = sharemanager::v1;
+using std::chrono::milliseconds;
+using testing_support::DaemonProcess;
+using testing_support::LoopDevice;
+using testing_support::Run;
+using testing_support::RunCommand;
+
+std::unique_ptr<LoopDevice> MakeExt4() {
+  auto loop = LoopDevice::Create("64M", "ext4");
+  REQUIRE_MESSAGE(loop.ok(), loop.status().ToString());
+  return std::move(*loop);
+}
+
+std::string MountSourceOf(const std::string& target) {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string source, t, rest;
+  while (mounts >> source >> t && std::getline(mounts, rest)) {
+    if (t == target) return source;
+  }
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void TriggerExt4Error(const LoopDevice& loop) {
+  std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop.path()).filename().string() +
+                "/trigger_fs_error")
+      << "test error\n";
+}
+
+// An `e2fsck` first in PATH for the daemons this test starts: it logs each
+// run ("start ARGS"), sleeps while the file `slow` exists (interruptibly), logs
+// "TERM" and exits 32 (as e2fsck does when interrupted) on SIGTERM, then runs
+// the real e2fsck. A SIGKILL leaves "start" without "TERM" or "run". The
+// previous PATH comes back and the directory goes away, pass or fail.
+class SlowFsck {
+ public:
+  SlowFsck() {
+    char tmpl[] = "/tmp/sharemgr-fsck-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir_ = tmpl;
+    const std::string script = dir_ + "/e2fsck";
+    std::ofstream(script) << "#!/bin/sh\n"
+                          << "log=" << dir_ << "/log\n"
+                          << "echo \"start $*\" >>\"$log\"\n"
+                          << "trap 'echo TERM >>\"$log\"; exit 32' TERM\n"
+                          << "while [ -e " << dir_ << "/slow ]; do sleep 0.1 & wait $!; done\n"
+                          << "trap - TERM\n"
+                          << "echo \"run $*\" >>\"$log\"\n"
+                          << "exec /usr/sbin/e2fsck \"$@\"\n";
+    REQUIRE(chmod(script.c_str(), 0755) == 0);
+    old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
+    setenv("PATH", (dir_ + ":" + old_path_).c_str(), 1);
+  }
+  ~SlowFsck() {
+    setenv("PATH", old_path_.c_str(), 1);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  SlowFsck(const SlowFsck&) = delete;
+  SlowFsck& operator=(const SlowFsck&) = delete;
+
+  void Slow(bool slow) const {
+    if (slow) {
+      std::ofstream(dir_ + "/slow") << "";
+    } else {
+      std::filesystem::remove(dir_ + "/slow");
+    }
+  }
+  std::string log() const { return ReadFile(dir_ + "/log"); }
+  int Count(const std::string& word) const {
+    std::istringstream lines(log());
+    int n = 0;
+    for (std::string line; std::getline(lines, line);) n += line.rfind(word, 0) == 0 ? 1 : 0;
+    return n;
+  }
+  // Waits until the log has `n` lines starting with `word`.
+  bool WaitCount(const std::string& word, int n, milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Count(word) >= n) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  std::string dir_;
+  std::string old_path_;
+};
+
+std::unique_ptr<DaemonProcess> Start(const LoopDevice& loop, std::vector<std::string> extra = {},
+                                     bool wait_until_serving = true) {
+  std::vector<std::string> flags = {
+      "--device", loop.path(), "--fs", "ext4", "--volume-probe-interval", "200ms"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto d = DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = wait_until_serving});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  return std::move(*d);
+}
+
+grpc::Status CallMount(const DaemonProcess& d) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::MountResponse resp;
+  return d.Stub()->Mount(&ctx, v1::MountRequest(), &resp);
+}
+
+grpc::Status CallUnmount(const DaemonProcess& d) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::UnmountResponse resp;
+  return d.Stub()->Unmount(&ctx, v1::UnmountRequest(), &resp);
+}
+
+absl::StatusOr<v1::ShareStatus> WaitRepairing(DaemonProcess& d) {
+  return d.WaitFor(
+      [](const v1::ShareStatus& s) { return s.volume_state() == v1::VOLUME_REPAIRING; },
+      milliseconds(15'000), "VOLUME_REPAIRING");
+}
+
+// e2fsck -fn: exit 0 means the filesystem is consistent.
+int CheckReadOnly(const LoopDevice& loop) {
+  return RunCommand({"e2fsck", "-fn", loop.path()}).exit_code;
+}
+
+}  // namespace
+
+TEST_CASE("owner 1. a slow repair is reported as a repair; RPCs are refused, not run beside it") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(d->WriteEventually("/precious.txt", "kept").ok());
+  const int started_checks = fsck.Count("start");
+  fsck.Slow(true);
+  TriggerExt4Error(*loop);
+  auto repairing = WaitRepairing(*d);
+  REQUIRE_MESSAGE(repairing.ok(), repairing.status().ToString(), "\n", d->output());
+  REQUIRE(fsck.WaitCount("start", started_checks + 1, milliseconds(10'000)));
+
+  // The contract: what, since when, the budget; readiness off, liveness on.
+  auto status = d->Status();
+  REQUIRE(status.ok());
+  CHECK(status->state() == v1::DEGRADED);
+  REQUIRE(status->has_repair());
+  CHECK(status->repair().what().find("checking the filesystem") != std::string::npos);
+  CHECK(status->repair().started_unix_ms() > 0);
+  CHECK(status->repair().full_repairs_in_window() == 1);
+  CHECK(status->repair().max_full_repairs() == 3);
+  std::this_thread::sleep_for(milliseconds(300));
+  auto later = d->Status();
+  REQUIRE(later.ok());
+  CHECK(later->repair().elapsed_ms() > status->repair().elapsed_ms());
+  CHECK(*d->HealthServing("liveness") == true);
+  CHECK(*d->HealthServing("readiness") == false);
+
+  // Nothing that touches the device runs beside the check: refused at once.
+  const auto mount = CallMount(*d);
+  CHECK(mount.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(mount.error_message().find("repairing the filesystem") != std::string::npos);
+  const auto unmount = CallUnmount(*d);
+  CHECK(unmount.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(MountSourceOf(d->export_dir()).empty());  // unmounted for the check, by the repair only
+
+  fsck.Slow(false);
+  auto serving = d->WaitServing(milliseconds(30'000));
+  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString(), "\n", d->output());
+  CHECK_FALSE(serving->has_repair());
+  CHECK(serving->volume_state() == v1::VOLUME_MOUNTED);
+  CHECK(fsck.Count("TERM") == 0);
+  const auto data = d->ReadEventually("/precious.txt");
+  REQUIRE_MESSAGE(data.ok(), data.status().ToString());
+  CHECK(*data == "kept");
+}
+
+TEST_CASE("owner 2. Unmount during a repair is refused; once it ends, Unmount holds for good") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  fsck.Slow(true);
+  TriggerExt4Error(*loop);
+  REQUIRE(WaitRepairing(*d).ok());
+  CHECK(CallUnmount(*d).error_code() == grpc::StatusCode::UNAVAILABLE);
+  fsck.Slow(false);
+  // The caller retries after the repair, as a controller does.
+  grpc::Status unmounted = CallUnmount(*d);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!unmounted.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(100));
+    unmounted = CallUnmount(*d);
+  }
+  REQUIRE_MESSAGE(unmounted.ok(), unmounted.error_message(), "\n", d->output());
+  CHECK(MountSourceOf(d->export_dir()).empty());
+  // Several probe intervals later nothing has mounted it again.
+  std::this_thread::sleep_for(milliseconds(1000));
+  CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
+  auto status = d->Status();
+  REQUIRE(status.ok());
+  CHECK(status->volume_state() == v1::VOLUME_RELEASED);
+}
+
+TEST_CASE("owner 3. Mount during start-up preparation gets a clear answer, no crash") {
+  SlowFsck fsck;
+  fsck.Slow(true);
+  auto loop = MakeExt4();
+  auto d = Start(*loop, {}, false);
+  REQUIRE(fsck.WaitCount("start", 1, milliseconds(10'000)));
+  auto preparing =
+      d->WaitFor([](const v1::ShareStatus& s) { return s.volume_state() == v1::VOLUME_PREPARING; },
+                 milliseconds(5000), "VOLUME_PREPARING");
+  REQUIRE_MESSAGE(preparing.ok(), preparing.status().ToString());
+  CHECK(preparing->state() == v1::STARTING);
+  CHECK(preparing->has_repair());  // the start-up check is reported like a repair
+  const auto mount = CallMount(*d);
+  CHECK(mount.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(mount.error_message().find("still being prepared") != std::string::npos);
+  CHECK(CallUnmount(*d).error_code() == grpc::StatusCode::UNAVAILABLE);
+  fsck.Slow(false);
+  REQUIRE(d->WaitServing(milliseconds(30'000)).ok());
+  CHECK(CallMount(*d).ok());
+  CHECK_FALSE(d->exited());
+}
+
+TEST_CASE("owner 4. SIGTERM during the start-up check: e2fsck gets SIGTERM, never SIGKILL") {
+  SlowFsck fsck;
+  fsck.Slow(true);
+  auto loop = MakeExt4();
+  auto d = Start(*loop, {}, false);
+  REQUIRE(fsck.WaitCount("start", 1, milliseconds(10'000)));
+  d->Signal(SIGTERM);
+  const auto code = d->WaitExit(milliseconds(20'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);  // an orderly stop, not a volume failure
+  CHECK_MESSAGE(fsck.Count("TERM") == 1, fsck.log(), "\n", d->output());
+  CHECK(MountSourceOf(d->export_dir()).empty());
+  CHECK(CheckReadOnly(*loop) == 0);
+}
+
+TEST_CASE(
+    "owner 5. SIGTERM during a repair: the check is stopped cleanly, the next start is clean") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(d->WriteEventually("/precious.txt", "kept").ok());
+  fsck.Slow(true);
+  TriggerExt4Error(*loop);
+  REQUIRE(WaitRepairing(*d).ok());
+  REQUIRE(fsck.WaitCount("start", 2, milliseconds(10'000)));  // the start-up check, then this
+  d->Signal(SIGTERM);
+  const auto code = d->WaitExit(milliseconds(20'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);
+  CHECK_MESSAGE(fsck.Count("TERM") == 1, fsck.log(), "\n", d->output());
+  CHECK(MountSourceOf(d->export_dir()).empty());
+  // What the next start does with the interrupted check: preen it clean.
+  fsck.Slow(false);
+  auto next = Start(*loop);
+  const auto data = next->ReadEventually("/precious.txt");
+  REQUIRE_MESSAGE(data.ok(), data.status().ToString());
+  CHECK(*data == "kept");
+  next->Signal(SIGTERM);
+  REQUIRE(next->WaitExit(milliseconds(20'000)).ok());
+  CHECK(CheckReadOnly(*loop) == 0);
+}
+
+TEST_CASE("owner 6. the repair budget: repeated filesystem errors end in FAILED, exit 5") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop, {"--max-repairs", "2", "--repair-window", "10m"});
+  for (int repair = 1; repair <= 2; ++repair) {
+    const auto current = d->Status();
+    REQUIRE(current.ok());
+    const uint64_t before = current->remount_generation();
+    TriggerExt4Error(*loop);
+    auto repaired = d->WaitFor(
+        [&](const v1::ShareStatus& s) {
+          return s.state() == v1::SERVING && s.remount_generation() > before;
+        },
+        milliseconds(30'000), "repaired");
+    REQUIRE_MESSAGE(repaired.ok(), repaired.status().ToString(), "\n", d->output());
+  }
+  const int checks = fsck.Count("start");
+  TriggerExt4Error(*loop);
+  auto failed = d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
+                           milliseconds(30'000), "FAILED");
+  REQUIRE_MESSAGE(failed.ok(), failed.status().ToString(), "\n", d->output());
+  CHECK(failed->reason().find("--max-repairs") != std::string::npos);
+  const auto code = d->WaitExit(milliseconds(20'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 5);
+  CHECK(fsck.Count("start") == checks);  // the third error got no check
+  CHECK(MountSourceOf(d->export_dir()).empty());
+}
+
+TEST_CASE("owner 7. --export-dir spelled with a trailing or doubled slash serves normally") {
+  auto loop = MakeExt4();
+  for (const std::string suffix : {"/", "//"}) {
+    CAPTURE(suffix);
+    auto d = DaemonProcess::Start(
+        {.extra_flags = {"--device", loop->path(), "--fs", "ext4", "--volume-probe-interval",
+                         "200ms"},
+         .spell_export_dir = [&](const std::string& dir) { return dir + suffix; }});
+    REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+    CHECK((*d)->WriteEventually("/slash.txt", "ok").ok());
+    std::this_thread::sleep_for(milliseconds(600));  // three probes: no repair loop
+    auto status = (*d)->Status();
+    REQUIRE(status.ok());
+    CHECK(status->state() == v1::SERVING);
+    CHECK(status->remount_generation() == 0);
+    CHECK(status->export_path() == (*d)->export_dir());
+    (*d)->Signal(SIGTERM);
+    REQUIRE((*d)->WaitExit(milliseconds(20'000)).ok());
+  }
+}
+
+TEST_CASE("owner 8. Mount leaves the volume root's permissions alone") {
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(chmod(d->export_dir().c_str(), 0777) == 0);
+  REQUIRE(CallUnmount(*d).ok());
+  REQUIRE(CallMount(*d).ok());
+  REQUIRE(d->WaitServing().ok());
+  REQUIRE(CallMount(*d).ok());  // a remount request on a mounted volume too
+  struct stat st {};
+  REQUIRE(stat(d->export_dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0777);
+}
