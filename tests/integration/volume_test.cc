@@ -180,7 +180,7 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact,
       });
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
-  CHECK(d->output().find("e2fsck -fy") != std::string::npos);
+  CHECK(d->output().find("e2fsck -f") != std::string::npos);
   const auto data = d->ReadEventually("/before-error.txt");
   REQUIRE_MESSAGE(data.ok(), data.status().ToString());
   CHECK(*data == "precious");
