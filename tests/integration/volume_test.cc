@@ -20,16 +20,11 @@ namespace v1 = sharemanager::v1;
 using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
+using testing_support::MakeLoop;
 using testing_support::Run;
 using testing_support::RunCommand;
 using testing_support::ShareManagerBinary;
 using Clock = std::chrono::steady_clock;
-
-std::unique_ptr<LoopDevice> MakeLoop(const std::string& fs, const std::string& size = "64M") {
-  auto loop = LoopDevice::Create(size, fs);
-  REQUIRE_MESSAGE(loop.ok(), loop.status().ToString());
-  return std::move(*loop);
-}
 
 std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string& fs,
                                        std::vector<std::string> extra = {}) {
