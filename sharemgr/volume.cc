@@ -115,7 +115,7 @@ using MountContext = std::unique_ptr<libmnt_context, ContextDeleter>;
 const char* FsName(FsType fs) { return fs == FsType::kExt4 ? "ext4" : "xfs"; }
 
 ProgramResult Volume::RunFilesystemTool(const std::vector<std::string>& argv) const {
-  spdlog::info("running {}", absl::StrJoin(argv, " "));
+  if (!stop_.requested()) spdlog::info("running {}", absl::StrJoin(argv, " "));
   return supervisor::RunProgram(argv, {.timeout = config_.helper_timeout,
                                        .at_timeout = supervisor::AtTimeout::kTerminate,
                                        .stop = &stop_});

@@ -26,6 +26,16 @@ using testing_support::RunCommand;
 using testing_support::TempDir;
 using Clock = std::chrono::steady_clock;
 
+// The daemon's output once it holds `needle`: the output reader sees the
+// daemon's last lines shortly after its exit.
+std::string OutputWith(const DaemonProcess& d, const std::string& needle) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (d.output().find(needle) == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return d.output();
+}
+
 // A daemon on `device` that is expected to give up: its exit code and output.
 struct Refusal {
   int exit_code = -1;
@@ -39,12 +49,7 @@ Refusal RunUntilExit(const std::string& device, std::vector<std::string> extra) 
   REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   const auto code = (*d)->WaitExit(milliseconds(60'000));
   REQUIRE_MESSAGE(code.ok(), code.status().ToString(), "\n", (*d)->output());
-  // The output reader sees the daemon's last line (why it gave up) shortly after the exit.
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while ((*d)->output().find("volume: ") == std::string::npos && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return {*code, (*d)->output()};
+  return {*code, OutputWith(**d, "volume: ")};
 }
 
 // What `blkid -p` (libblkid's low-level probe) sees on the device.
@@ -139,6 +144,8 @@ TEST_CASE("volume device 3. a bad --fsck-mode is refused with exit code 2") {
   const auto code = (*d)->WaitExit(milliseconds(30'000));
   REQUIRE(code.ok());
   CHECK(*code == 2);
+  const std::string output = OutputWith(**d, "--fsck-mode must be preen or yes");
+  CHECK_MESSAGE(output.find("--fsck-mode must be preen or yes") != std::string::npos, output);
 }
 
 TEST_CASE("volume device 4. errors e2fsck -p cannot fix: exit 5 with its output and the advice") {
