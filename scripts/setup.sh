@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libmount-dev libblkid-dev e2fsprogs xfsprogs util-linux libcli11-dev libspdlog-dev libfmt-dev doctest-dev
+  libmount-dev libblkid-dev e2fsprogs xfsprogs util-linux fdisk libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   nfs-ganesha nfs-ganesha-vfs
   libnfs-dev libnfs-utils
   # s6 and supervisor: peers in the side-by-side benchmark (bench/)

@@ -101,6 +101,10 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->capture_default_str();
   app.add_flag("--format-if-blank", f.format_if_blank,
                "Format --device with --fs when it holds no filesystem (never otherwise)");
+  app.add_option("--fsck-mode", f.fsck_mode,
+                 "How far an unattended e2fsck may go: preen (-p, only what is safe) or yes (-y, "
+                 "answers yes to every repair)")
+      ->capture_default_str();
   app.add_option("--mkfs-option", f.mkfs_options, "Extra mkfs argument (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--mount-option", f.mount_options, "Mount option for --device (repeatable)")
@@ -188,6 +192,10 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                  "-L",          sup.log_file, "-p", absl::StrCat(*state_dir, "/ganesha.pid"),
                  "-N",          "NIV_EVENT"};
 
+  if (f.fsck_mode != "preen" && f.fsck_mode != "yes") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fsck-mode must be preen or yes, not '", f.fsck_mode, "'"));
+  }
   std::optional<VolumeConfig> volume;
   auto volume_probe =
       FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
@@ -217,6 +225,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                           .target = ganesha->input().export_dir,
                           .device_timeout = *device_timeout,
                           .format_if_blank = f.format_if_blank,
+                          .fsck_mode = f.fsck_mode == "yes" ? FsckMode::kYes : FsckMode::kPreen,
                           .mkfs_options = f.mkfs_options,
                           .mount_options = mount_options};
   } else if (f.format_if_blank || !f.mkfs_options.empty() || !mount_options.empty()) {

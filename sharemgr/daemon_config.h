@@ -45,6 +45,7 @@ struct DaemonFlags {
   std::string fs = "ext4";
   std::string device_timeout = "30s";
   bool format_if_blank = false;
+  std::string fsck_mode = "preen";
   std::vector<std::string> mkfs_options;
   std::vector<std::string> mount_options;
   std::string volume_probe_interval = "1s";

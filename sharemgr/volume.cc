@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <libmount/libmount.h>
 #include <linux/fs.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -29,6 +30,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using supervisor::ProgramResult;
+
+// How long a healthy device may take to answer one 4 KiB read.
+constexpr milliseconds kDeviceReadDeadline(5000);
 
 // The last lines of a helper's output, for error messages.
 std::string Tail(const std::string& output, size_t lines = 3) {
@@ -51,6 +56,55 @@ std::string MountError(libmnt_context* cxt, int rc) {
   return buf[0] != 0 ? std::string(buf) : absl::StrCat("libmount error ", rc);
 }
 
+// The error for a filesystem tool that a stop request or its time limit
+// ended (with SIGTERM, never SIGKILL) before it succeeded.
+absl::Status EndedEarly(const std::string& what, const ProgramResult& result, milliseconds limit,
+                        absl::string_view what_next) {
+  const std::string exit = result.exit_code >= 0 ? absl::StrCat("exit ", result.exit_code)
+                                                 : std::string("it did not start");
+  if (result.stopped) {
+    return absl::CancelledError(
+        absl::StrCat("stopped: ", what, " interrupted (", exit, "); ", what_next));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(what, " did not finish within ", base::FormatDuration(limit),
+                   "; stopped it with SIGTERM (", exit, "); ", what_next));
+}
+
+// ext2/3/4 keep a copy of the superblock at the start of block group 1, for
+// each block size at its own place; it survives a damaged primary superblock.
+struct ExtBackup {
+  uint64_t block_size;
+  uint64_t block;
+};
+constexpr ExtBackup kExtBackups[] = {{1024, 8193}, {2048, 16384}, {4096, 32768}};
+constexpr uint64_t kExtMagicOffset = 0x38;  // s_magic, little-endian 0xEF53
+
+// What the first ext backup superblock found says, or "" when none is there.
+absl::StatusOr<std::string> FindExtBackupSuperblock(const std::string& device) {
+  base::UniqueFd fd(open(device.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot open ", device, " to look for ext backup superblocks: ", std::strerror(errno)));
+  }
+  for (const auto& backup : kExtBackups) {
+    const uint64_t at = backup.block * backup.block_size;
+    unsigned char magic[2] = {0, 0};
+    const ssize_t n =
+        pread(fd.get(), magic, sizeof(magic), static_cast<off_t>(at + kExtMagicOffset));
+    if (n < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot read ", device, " at byte ", at, ": ", std::strerror(errno)));
+    }
+    if (n == 2 && magic[0] == 0x53 && magic[1] == 0xEF) {
+      return absl::StrCat("ext2/3/4 backup superblock at byte ", at,
+                          " (its primary superblock is damaged; e2fsck -b ", backup.block, " -B ",
+                          backup.block_size, " ", device, " repairs it from the backup)");
+    }
+  }
+  return std::string();
+}
+
 struct ContextDeleter {
   void operator()(libmnt_context* c) const { mnt_free_context(c); }
 };
@@ -59,6 +113,13 @@ using MountContext = std::unique_ptr<libmnt_context, ContextDeleter>;
 }  // namespace
 
 const char* FsName(FsType fs) { return fs == FsType::kExt4 ? "ext4" : "xfs"; }
+
+ProgramResult Volume::RunFilesystemTool(const std::vector<std::string>& argv) const {
+  if (!stop_.requested()) spdlog::info("running {}", absl::StrJoin(argv, " "));
+  return supervisor::RunProgram(argv, {.timeout = config_.helper_timeout,
+                                       .at_timeout = supervisor::AtTimeout::kTerminate,
+                                       .stop = &stop_});
+}
 
 absl::Status Volume::RunHelper(const std::vector<std::string>& argv, const char* what) const {
   spdlog::info("{}: {}", what, absl::StrJoin(argv, " "));
@@ -95,31 +156,105 @@ absl::Status Volume::WaitForDevice() const {
                    std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count());
       next_log = now + std::chrono::seconds(2);
     }
-    std::this_thread::sleep_for(milliseconds(100));
+    // Sleeps 100 ms unless a stop is requested meanwhile.
+    pollfd stop{stop_.fd(), POLLIN, 0};
+    if (poll(&stop, 1, 100) == 1) {
+      return absl::CancelledError(
+          absl::StrCat("stopped while waiting for device ", config_.device, " to appear"));
+    }
   }
 }
 
-absl::StatusOr<std::string> Volume::DetectFilesystem() const {
+absl::Status Volume::CheckDevice() const {
+  const std::string& device = config_.device;
+  struct stat st {};
+  if (stat(device.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::UnavailableError(absl::StrCat("device ", device, " is gone"));
+    return absl::UnavailableError(absl::StrCat("device ", device, ": ", std::strerror(errno)));
+  }
+  if (!S_ISBLK(st.st_mode)) {
+    return absl::UnavailableError(absl::StrCat("device ", device, " is not a block device"));
+  }
+  {
+    base::UniqueFd fd(open(device.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+      return absl::UnavailableError(
+          absl::StrCat("device ", device,
+                       errno == ENXIO || errno == ENODEV ? " is gone: " : " cannot be opened: ",
+                       std::strerror(errno)));
+    }
+    uint64_t size = 0;
+    if (ioctl(fd.get(), BLKGETSIZE64, &size) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("device ", device, ": BLKGETSIZE64: ", std::strerror(errno)));
+    }
+    if (size == 0) return absl::UnavailableError(absl::StrCat("device ", device, " has size 0"));
+  }
+  // In a helper process: a read stuck in the kernel holds dd, not the caller.
+  const auto read = supervisor::RunProgram(
+      {"dd", "if=" + device, "of=/dev/null", "bs=4096", "count=1", "iflag=direct"},
+      kDeviceReadDeadline);
+  if (read.timed_out) {
+    return absl::UnavailableError(absl::StrCat("device ", device,
+                                               " did not answer a 4 KiB read within ",
+                                               base::FormatDuration(kDeviceReadDeadline)));
+  }
+  if (read.exit_code == -1) {
+    return absl::InternalError(absl::StrCat("cannot run dd to read ", device, ": ", read.output));
+  }
+  if (read.exit_code != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("device ", device, " returns I/O errors: ", Tail(read.output)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceContents> Volume::DetectContents() const {
   blkid_probe probe = blkid_new_probe_from_filename(config_.device.c_str());
   if (probe == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot open ", config_.device, " to detect its filesystem: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot open ", config_.device,
+                                               " to detect its contents: ", std::strerror(errno)));
   }
+  // Superblocks alone call a partitioned disk blank; and a superblock with a
+  // bad checksum is still somebody's data.
   blkid_probe_enable_superblocks(probe, 1);
-  blkid_probe_set_superblocks_flags(probe, BLKID_SUBLKS_TYPE);
+  blkid_probe_set_superblocks_flags(probe,
+                                    BLKID_SUBLKS_TYPE | BLKID_SUBLKS_USAGE | BLKID_SUBLKS_BADCSUM);
+  blkid_probe_enable_partitions(probe, 1);
   const int rc = blkid_do_safeprobe(probe);
-  std::string type;
-  const char* value = nullptr;
-  if (rc == 0 && blkid_probe_lookup_value(probe, "TYPE", &value, nullptr) == 0 && value) {
-    type = value;
-  }
+  auto lookup = [&](const char* name) {
+    const char* value = nullptr;
+    return rc == 0 && blkid_probe_lookup_value(probe, name, &value, nullptr) == 0 && value
+               ? std::string(value)
+               : std::string();
+  };
+  DeviceContents contents;
+  contents.fs_type = lookup("TYPE");
+  const std::string usage = lookup("USAGE");
+  const std::string pttype = lookup("PTTYPE");
+  const bool bad_checksum = lookup("SBBADCSUM") == "1";
   blkid_free_probe(probe);
   if (rc == -2) {
     return absl::FailedPreconditionError(absl::StrCat(
         config_.device, " carries more than one filesystem signature; refusing to touch it"));
   }
   if (rc < 0) return absl::UnavailableError(absl::StrCat("cannot probe ", config_.device));
-  return type;
+  std::vector<std::string> found;
+  if (!pttype.empty()) found.push_back(absl::StrCat(pttype, " partition table"));
+  if (!contents.fs_type.empty()) {
+    found.push_back(absl::StrCat(
+        contents.fs_type,
+        usage == "filesystem" || usage.empty() ? " filesystem" : " " + usage + " signature",
+        bad_checksum ? " (with a bad superblock checksum)" : ""));
+  }
+  if (rc == 0 && found.empty()) found.push_back("signature libblkid cannot name");
+  if (found.empty()) {
+    auto backup = FindExtBackupSuperblock(config_.device);
+    if (!backup.ok()) return backup.status();
+    if (!backup->empty()) found.push_back(*std::move(backup));
+  }
+  contents.found = absl::StrJoin(found, " and a ");
+  return contents;
 }
 
 absl::Status Volume::Format() const {
@@ -131,35 +266,47 @@ absl::Status Volume::Format() const {
   }
   argv.insert(argv.end(), config_.mkfs_options.begin(), config_.mkfs_options.end());
   argv.push_back(config_.device);
-  return RunHelper(argv, "format");
+  const auto result = RunFilesystemTool(argv);
+  if (result.exit_code == 0) return absl::OkStatus();
+  if (result.stopped || result.timed_out) {
+    return EndedEarly(argv[0], result, config_.helper_timeout,
+                      "the device may hold a partial filesystem");
+  }
+  return absl::InternalError(
+      absl::StrCat(argv[0], " failed (exit ", result.exit_code, "): ", Tail(result.output)));
 }
 
-absl::Status Volume::Check(bool full) const {
+absl::Status Volume::Check(CheckMode mode) const {
   if (config_.fs == FsType::kXfs) {
     // XFS repairs itself by replaying its log at mount (after a shutdown too);
     // xfs_repair refuses a dirty log and would need -L, which throws away
     // metadata updates: never done unattended.
-    (void)full;
     return absl::OkStatus();
   }
-  std::vector<std::string> argv = {"e2fsck", full ? "-fy" : "-p", config_.device};
-  spdlog::info("checking {}: {}", config_.device, absl::StrJoin(argv, " "));
-  const auto result = supervisor::RunProgram(argv, config_.helper_timeout);
-  if (result.timed_out) {
-    return absl::DeadlineExceededError(absl::StrCat("e2fsck of ", config_.device,
-                                                    " did not finish within ",
-                                                    config_.helper_timeout.count() / 1000, " s"));
-  }
+  const bool yes = config_.fsck_mode == FsckMode::kYes;
+  const std::string flags =
+      absl::StrCat("-", mode == CheckMode::kRepair ? "f" : "", yes ? "y" : "p");
+  const auto result = RunFilesystemTool({"e2fsck", flags, config_.device});
   // e2fsck(8): 0 clean, 1 errors corrected, 2 corrected (reboot advised); 4 and up
   // mean errors left uncorrected or e2fsck itself failed.
   if (result.exit_code >= 0 && (result.exit_code & ~3) == 0) {
     if (result.exit_code != 0) spdlog::warn("e2fsck corrected errors on {}", config_.device);
     return absl::OkStatus();
   }
+  if (result.stopped || result.timed_out) {
+    return EndedEarly(absl::StrCat("e2fsck of ", config_.device), result, config_.helper_timeout,
+                      "the next start checks again");
+  }
   if (result.exit_code & 4) {
+    const std::string what_next =
+        yes ? absl::StrCat("Back up the device, then repair it by hand (e2fsck -fy ",
+                           config_.device, " interactively, debugfs) or restore it from a backup.")
+            : absl::StrCat("To repair it: back up the device, then run e2fsck -fy ", config_.device,
+                           ", or restart share-manager with --fsck-mode=yes.");
     return absl::DataLossError(absl::StrCat(
-        "filesystem on ", config_.device, " has errors e2fsck -p could not correct (exit ",
-        result.exit_code, "); refusing to mount it. Run e2fsck by hand. ", Tail(result.output)));
+        "filesystem on ", config_.device, " has errors e2fsck ", flags, " could not correct (exit ",
+        result.exit_code, "); refusing to mount it. e2fsck said: ", Tail(result.output, 5), ". ",
+        what_next));
   }
   return absl::InternalError(absl::StrCat("e2fsck of ", config_.device, " failed (exit ",
                                           result.exit_code, "): ", Tail(result.output)));
@@ -296,21 +443,28 @@ absl::StatusOr<ResizeResult> Volume::Resize() const {
 
 absl::Status Volume::Prepare() {
   if (auto s = WaitForDevice(); !s.ok()) return s;
-  auto type = DetectFilesystem();
-  if (!type.ok()) return type.status();
-  if (type->empty()) {
+  auto contents = DetectContents();
+  if (!contents.ok()) return contents.status();
+  if (contents->blank()) {
     if (!config_.format_if_blank) {
       return absl::FailedPreconditionError(absl::StrCat(
           config_.device, " has no filesystem; refusing to format it without --format-if-blank"));
     }
     spdlog::info("{} is blank: formatting as {}", config_.device, FsName(config_.fs));
     if (auto s = Format(); !s.ok()) return s;
-  } else if (*type != FsName(config_.fs)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(config_.device, " holds a ", *type, " filesystem but --fs is ",
-                     FsName(config_.fs), "; refusing to mount it"));
+  } else if (contents->fs_type != FsName(config_.fs)) {
+    // Anything at all on it is somebody's data: never formatted, never mounted.
+    return absl::FailedPreconditionError(absl::StrCat(
+        config_.device, " holds a ", contents->found, " but --fs is ", FsName(config_.fs),
+        config_.format_if_blank
+            ? "; refusing to format or mount it (--format-if-blank formats only a device "
+              "without any signature)"
+            : "; refusing to mount it"));
   }
-  if (auto s = Check(false); !s.ok()) return s;
+  if (auto s = Check(CheckMode::kStartup); !s.ok()) return s;
+  if (stop_.requested()) {
+    return absl::CancelledError(absl::StrCat("stopped before mounting ", config_.device));
+  }
   if (ReadMountState().mounted) {
     spdlog::warn("{} is already mounted; unmounting it first", config_.target);
     if (auto s = Unmount(milliseconds(10'000)); !s.ok()) return s;

@@ -2,7 +2,8 @@
 // it at the export directory with libmount, and the repairs and maintenance
 // done on it (remount read-write, unmount with retries, trim, grow). Every
 // operation blocks but is bounded in time; callers keep them off the
-// supervisor loop.
+// supervisor loop. The class is thread-compatible: one thread (the device
+// owner's) calls its methods; only RequestStop() may come from any thread.
 #pragma once
 
 #include <chrono>
@@ -11,10 +12,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "supervisor/run_program.h"
 
 namespace sharemgr {
 
 enum class FsType { kExt4, kXfs };
+
+// How far an unattended e2fsck may go (--fsck-mode).
+enum class FsckMode {
+  kPreen,  // e2fsck -p: only what is safe without a human; stops (exit 4) otherwise
+  kYes,    // e2fsck -y: answers yes to everything, including rewriting unreadable blocks
+};
+
+// Why a filesystem is checked.
+enum class CheckMode {
+  kStartup,  // before the first mount: e2fsck -p (or -y); a clean filesystem is skipped
+  kRepair,   // after a runtime error: forced, e2fsck -fp (or -fy)
+};
 
 const char* FsName(FsType fs);
 
@@ -24,6 +38,7 @@ struct VolumeConfig {
   std::string target;  // the export directory
   std::chrono::milliseconds device_timeout{30'000};
   bool format_if_blank = false;
+  FsckMode fsck_mode = FsckMode::kPreen;
   std::vector<std::string> mkfs_options;
   std::vector<std::string> mount_options;
   // Bound for each helper program (mkfs, fsck, resize).
@@ -38,6 +53,16 @@ struct MountState {
   std::string fs_options;   // superblock options: "rw,errors=remount-ro"
   bool read_only = false;   // the mount or the superblock is read-only
   bool fs_error = false;    // the filesystem shut itself down (ext4 emergency_ro)
+};
+
+// What a device holds as far as libblkid (superblocks, bad checksums
+// included, and partition tables) and ext's backup superblocks tell.
+struct DeviceContents {
+  std::string fs_type;  // libblkid's TYPE ("ext4", "xfs", "LVM2_member", "swap"), or ""
+  // What makes the device not blank, in words ("a gpt partition table",
+  // "an ext2/3/4 backup superblock at byte 134217784 ..."); "" when blank.
+  std::string found;
+  bool blank() const { return found.empty(); }
 };
 
 struct ResizeResult {
@@ -58,12 +83,29 @@ class Volume {
   // which step failed and why, in words an operator can act on.
   absl::Status Prepare();
 
+  // Thread-safe, from any thread, once for good: WaitForDevice returns at
+  // once, a running e2fsck or mkfs gets SIGTERM (never SIGKILL) and the call
+  // returns after it exited (CANCELLED, "stopped: ..."); none starts after.
+  void RequestStop() const { stop_.Request(); }
+
+  // Interrupted by RequestStop (CANCELLED).
   absl::Status WaitForDevice() const;
-  // "" for a blank device.
-  absl::StatusOr<std::string> DetectFilesystem() const;
+  // Whether the device itself answers, to tell a failing device from a
+  // damaged filesystem before a repair: its node is a block device, its
+  // size is not 0 and a direct 4 KiB read succeeds within 5 s. UNAVAILABLE
+  // with the reason otherwise. Bounded even when the read hangs in the kernel.
+  absl::Status CheckDevice() const;
+  absl::StatusOr<DeviceContents> DetectContents() const;
+  // Never SIGKILLed (see RequestStop); a timeout sends SIGTERM and waits.
   absl::Status Format() const;
-  // ext4: e2fsck -p (full: -fy); xfs: nothing (the mount replays its log).
-  absl::Status Check(bool full) const;
+  // ext4: e2fsck as config().fsck_mode and `mode` say; xfs: nothing (the
+  // mount replays its log). Never SIGKILLed, like Format. DATA_LOSS when
+  // e2fsck left errors, with its last lines and what the operator can run.
+  absl::Status Check(CheckMode mode) const;
+  // For VolumeMonitor until it calls Check(CheckMode): full is kRepair.
+  absl::Status Check(bool full) const {
+    return Check(full ? CheckMode::kRepair : CheckMode::kStartup);
+  }
   absl::Status Mount() const;
   // Retries "target is busy" with backoff for up to `budget`.
   absl::Status Unmount(std::chrono::milliseconds budget) const;
@@ -79,9 +121,13 @@ class Volume {
   const VolumeConfig& config() const { return config_; }
 
  private:
+  // A filesystem tool (e2fsck, mkfs) that must never be killed: stopped by
+  // RequestStop or the helper timeout with SIGTERM only.
+  supervisor::ProgramResult RunFilesystemTool(const std::vector<std::string>& argv) const;
   absl::Status RunHelper(const std::vector<std::string>& argv, const char* what) const;
 
   VolumeConfig config_;
+  supervisor::StopSignal stop_;
 };
 
 }  // namespace sharemgr

@@ -1,0 +1,255 @@
+// The device level of a volume against real loop devices: only a device
+// without any signature is formatted, e2fsck runs as --fsck-mode says and
+// is stopped with SIGTERM only, and a failing device is told apart from a
+// damaged filesystem.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "sharemgr/volume.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/loop_device.h"
+#include "tests/support/temp_dir.h"
+
+namespace {
+
+using std::chrono::milliseconds;
+using testing_support::DaemonProcess;
+using testing_support::MakeLoop;
+using testing_support::Run;
+using testing_support::RunCommand;
+using testing_support::TempDir;
+using Clock = std::chrono::steady_clock;
+
+// The daemon's output once it holds `needle`: the output reader sees the
+// daemon's last lines shortly after its exit.
+std::string OutputWith(const DaemonProcess& d, const std::string& needle) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (d.output().find(needle) == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return d.output();
+}
+
+// A daemon on `device` that is expected to give up: its exit code and output.
+struct Refusal {
+  int exit_code = -1;
+  std::string output;
+};
+
+Refusal RunUntilExit(const std::string& device, std::vector<std::string> extra) {
+  std::vector<std::string> flags = {"--device", device, "--fs", "ext4", "--failed-linger", "0s"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto d = DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto code = (*d)->WaitExit(milliseconds(60'000));
+  REQUIRE_MESSAGE(code.ok(), code.status().ToString(), "\n", (*d)->output());
+  return {*code, OutputWith(**d, "volume: ")};
+}
+
+// What `blkid -p` (libblkid's low-level probe) sees on the device.
+std::string LowProbe(const std::string& device) {
+  return RunCommand({"blkid", "-p", device}).output;
+}
+
+// Whether the ext magic (0xEF53) is at the superblock that starts at `at`.
+bool ExtMagicAt(const std::string& device, uint64_t at) {
+  const int fd = open(device.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  REQUIRE(fd >= 0);
+  alignas(4096) unsigned char block[4096];
+  const ssize_t n = pread(fd, block, sizeof(block), static_cast<off_t>(at & ~uint64_t{4095}));
+  close(fd);
+  REQUIRE(n == static_cast<ssize_t>(sizeof(block)));
+  const uint64_t magic = (at & 4095) + 0x38;
+  return block[magic] == 0x53 && block[magic + 1] == 0xEF;
+}
+
+// Programs found first in a private directory on PATH, for as long as this
+// lives: stand-ins for e2fsck that show how it is called and stopped.
+class FakePrograms {
+ public:
+  FakePrograms() : old_path_(std::getenv("PATH") ? std::getenv("PATH") : "") {
+    setenv("PATH", (dir_.path() + ":" + old_path_).c_str(), 1);
+  }
+  ~FakePrograms() { setenv("PATH", old_path_.c_str(), 1); }
+  FakePrograms(const FakePrograms&) = delete;
+  FakePrograms& operator=(const FakePrograms&) = delete;
+
+  void Add(const std::string& name, const std::string& script) const {
+    const std::string path = dir_.path() + "/" + name;
+    std::ofstream(path) << "#!/bin/sh\n" << script << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  }
+  const std::string& dir() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+  std::string old_path_;
+};
+
+sharemgr::VolumeConfig ConfigFor(const std::string& device) {
+  return {.device = device, .target = "/nonexistent-target", .device_timeout = milliseconds(0)};
+}
+
+}  // namespace
+
+TEST_CASE("volume device 1. a gpt partition table without a filesystem is never formatted") {
+  auto loop = MakeLoop("");
+  REQUIRE(Run({"sh", "-c", "printf 'label: gpt\\n,16M\\n' | sfdisk -q " + loop->path()}).ok());
+  const std::string table = RunCommand({"sfdisk", "-d", loop->path()}).output;
+  REQUIRE(LowProbe(loop->path()).find("PTTYPE=\"gpt\"") != std::string::npos);
+
+  const auto r = RunUntilExit(loop->path(), {"--format-if-blank"});
+  CHECK(r.exit_code == 5);
+  CHECK_MESSAGE(r.output.find("holds a gpt partition table") != std::string::npos, r.output);
+  CHECK(r.output.find("mkfs") == std::string::npos);
+  CHECK(RunCommand({"sfdisk", "-d", loop->path()}).output == table);
+  const std::string probe = LowProbe(loop->path());
+  CHECK(probe.find("PTTYPE=\"gpt\"") != std::string::npos);
+  CHECK(probe.find(" TYPE=") == std::string::npos);
+}
+
+TEST_CASE("volume device 2. an ext4 with a zeroed primary superblock is not blank: refused") {
+  // Group 1's backup superblock: block 8193 of 1 KiB blocks, 16384 of 2 KiB, 32768 of 4 KiB.
+  for (const auto& [block_size, backup_at] :
+       {std::pair<int, uint64_t>{1024, 8193 * 1024}, {2048, 16384 * 2048}, {4096, 32768 * 4096}}) {
+    CAPTURE(block_size);
+    auto loop = MakeLoop("", "160M");
+    REQUIRE(Run({"mkfs.ext4", "-q", "-F", "-b", std::to_string(block_size), loop->path()}).ok());
+    REQUIRE(Run({"dd", "if=/dev/zero", "of=" + loop->path(), "bs=1024", "seek=1", "count=1",
+                 "oflag=direct", "conv=notrunc"})
+                .ok());
+    // libblkid alone now calls it blank.
+    REQUIRE(LowProbe(loop->path()).empty());
+
+    const auto r = RunUntilExit(loop->path(), {"--format-if-blank"});
+    CHECK(r.exit_code == 5);
+    CHECK_MESSAGE(r.output.find(absl::StrCat("ext2/3/4 backup superblock at byte ", backup_at)) !=
+                      std::string::npos,
+                  r.output);
+    CHECK(r.output.find("mkfs") == std::string::npos);
+    CHECK(ExtMagicAt(loop->path(), backup_at));
+  }
+}
+
+TEST_CASE("volume device 3. a bad --fsck-mode is refused with exit code 2") {
+  auto d = DaemonProcess::Start(
+      {.extra_flags = {"--fsck-mode", "sometimes"}, .wait_until_serving = false});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto code = (*d)->WaitExit(milliseconds(30'000));
+  REQUIRE(code.ok());
+  CHECK(*code == 2);
+  const std::string output = OutputWith(**d, "--fsck-mode must be preen or yes");
+  CHECK_MESSAGE(output.find("--fsck-mode must be preen or yes") != std::string::npos, output);
+}
+
+TEST_CASE("volume device 4. errors e2fsck -p cannot fix: exit 5 with its output and the advice") {
+  auto loop = MakeLoop("ext4");
+  // Clear the root inode and flag the errors.
+  REQUIRE(Run({"debugfs", "-w", "-R", "clri <2>", loop->path()}).ok());
+  REQUIRE(Run({"debugfs", "-w", "-R", "ssv state 2", loop->path()}).ok());
+  {
+    // That damage is what preen refuses: e2fsck -p on a copy exits with 4 set.
+    TempDir copy;
+    REQUIRE(Run({"cp", "--sparse=always", loop->image(), copy.path() + "/image"}).ok());
+    const auto preen = RunCommand({"e2fsck", "-p", copy.path() + "/image"});
+    REQUIRE_MESSAGE((preen.exit_code & 4) != 0, preen.output);
+  }
+
+  SUBCASE("preen (the default) refuses it") {
+    const auto r = RunUntilExit(loop->path(), {});
+    CHECK(r.exit_code == 5);
+    CHECK_MESSAGE(r.output.find("e2fsck -p could not correct") != std::string::npos, r.output);
+    CHECK(r.output.find("e2fsck said:") != std::string::npos);
+    CHECK(r.output.find("UNEXPECTED INCONSISTENCY") != std::string::npos);
+    CHECK(r.output.find("run e2fsck -fy " + loop->path()) != std::string::npos);
+    CHECK(r.output.find("--fsck-mode=yes") != std::string::npos);
+  }
+  SUBCASE("--fsck-mode=yes repairs it and serves") {
+    std::vector<std::string> flags = {"--device", loop->path(),  "--fs",
+                                      "ext4",     "--fsck-mode", "yes"};
+    auto d = DaemonProcess::Start({.extra_flags = flags});
+    REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+    CHECK((*d)->output().find("e2fsck -y") != std::string::npos);
+    CHECK((*d)->WriteEventually("/repaired.txt", "ok").ok());
+  }
+}
+
+TEST_CASE("volume device 5. CheckDevice: a healthy device answers, a missing one is gone") {
+  auto loop = MakeLoop("");
+  CHECK(sharemgr::Volume(ConfigFor(loop->path())).CheckDevice().ok());
+
+  TempDir dir;
+  const auto gone = sharemgr::Volume(ConfigFor(dir.path() + "/device")).CheckDevice();
+  CHECK(gone.code() == absl::StatusCode::kUnavailable);
+  CHECK(gone.message() == absl::StrCat("device ", dir.path(), "/device is gone"));
+
+  std::ofstream(dir.path() + "/file") << "not a device";
+  const auto file = sharemgr::Volume(ConfigFor(dir.path() + "/file")).CheckDevice();
+  CHECK(file.code() == absl::StatusCode::kUnavailable);
+  CHECK(file.message().find("is not a block device") != std::string::npos);
+}
+
+TEST_CASE("volume device 6. Check runs e2fsck as --fsck-mode and the check's purpose say") {
+  auto loop = MakeLoop("ext4");
+  FakePrograms fake;
+  fake.Add("e2fsck", "echo \"called with $*\"; exit 4");
+  for (const auto& [fsck_mode, check_mode, flags] :
+       {std::tuple{sharemgr::FsckMode::kPreen, sharemgr::CheckMode::kStartup, "-p"},
+        std::tuple{sharemgr::FsckMode::kPreen, sharemgr::CheckMode::kRepair, "-fp"},
+        std::tuple{sharemgr::FsckMode::kYes, sharemgr::CheckMode::kStartup, "-y"},
+        std::tuple{sharemgr::FsckMode::kYes, sharemgr::CheckMode::kRepair, "-fy"}}) {
+    CAPTURE(flags);
+    auto config = ConfigFor(loop->path());
+    config.fsck_mode = fsck_mode;
+    const auto status = sharemgr::Volume(config).Check(check_mode);
+    CHECK(status.code() == absl::StatusCode::kDataLoss);
+    CHECK_MESSAGE(status.message().find(absl::StrCat("called with ", flags, " ", loop->path())) !=
+                      std::string::npos,
+                  status.message());
+  }
+}
+
+TEST_CASE("volume device 7. RequestStop: e2fsck gets SIGTERM and is waited for, never killed") {
+  auto loop = MakeLoop("ext4");
+  FakePrograms fake;
+  // Like e2fsck: stops at a safe point on SIGTERM, with exit 32; takes its time to.
+  fake.Add("e2fsck", "trap 'sleep 0.3; echo canceled; exit 32' TERM; touch " + fake.dir() +
+                         "/running; sleep 30 & wait");
+  sharemgr::Volume volume(ConfigFor(loop->path()));
+  std::thread stopper([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!std::filesystem::exists(fake.dir() + "/running") && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    volume.RequestStop();
+  });
+  const auto status = volume.Check(sharemgr::CheckMode::kStartup);
+  stopper.join();
+  CHECK(status.code() == absl::StatusCode::kCancelled);
+  CHECK(status.message() == absl::StrCat("stopped: e2fsck of ", loop->path(),
+                                         " interrupted (exit 32); the next start checks again"));
+  // Once stopped, nothing starts again.
+  CHECK(volume.Check(sharemgr::CheckMode::kStartup).code() == absl::StatusCode::kCancelled);
+}
+
+TEST_CASE("volume device 8. RequestStop ends the wait for a device at once") {
+  TempDir dir;
+  auto config = ConfigFor(dir.path() + "/never");
+  config.device_timeout = milliseconds(60'000);
+  sharemgr::Volume volume(config);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    volume.RequestStop();
+  });
+  const auto start = Clock::now();
+  const auto status = volume.WaitForDevice();
+  stopper.join();
+  CHECK(status.code() == absl::StatusCode::kCancelled);
+  CHECK(Clock::now() - start < milliseconds(2000));
+}
