@@ -4,8 +4,12 @@
 #include "controller/reconciler.h"
 
 #include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
 
 #include "controller/conditions.h"
+#include "controller/grpc_share_connector.h"
 #include "tests/controller/sim_fixture.h"
 
 namespace controller {
@@ -359,6 +363,69 @@ TEST_CASE("repair: a report that carries another epoch is not honoured") {
   const auto st = sim.Get("vol").status();
   CHECK_FALSE(ConditionTrue(st, condition::kRepairing));
   CHECK(FindCondition(st, condition::kHealthy)->message().find("epoch 7") != std::string::npos);
+}
+
+namespace {
+
+// A share-manager that publishes whatever status it is given.
+class PublishingShareManager final : public sharemanager::v1::ShareManager::Service {
+ public:
+  void Publish(sharemanager::v1::ShareStatus status) {
+    std::lock_guard lock(mu_);
+    status_ = std::move(status);
+  }
+  grpc::Status GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
+                         sharemanager::v1::ShareStatus* out) override {
+    std::lock_guard lock(mu_);
+    *out = status_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mu_;
+  sharemanager::v1::ShareStatus status_;
+};
+
+}  // namespace
+
+TEST_CASE("repair: the gRPC connector reports the repair a share-manager publishes") {
+  PublishingShareManager service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const auto server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  GrpcShareConnector connector;
+  const Pod pod{.name = PodName("vol", 3),
+                .volume = "vol",
+                .epoch = 3,
+                .phase = PodPhase::kRunning,
+                .endpoint = "127.0.0.1:" + std::to_string(port)};
+
+  sharemanager::v1::ShareStatus published;
+  published.set_state(sharemanager::v1::DEGRADED);
+  published.set_epoch(3);
+  published.set_volume_state(sharemanager::v1::VOLUME_REPAIRING);
+  published.mutable_repair()->set_what(kFsck);
+  published.mutable_repair()->set_elapsed_ms(420'000);
+  service.Publish(published);
+  auto seen = connector.Observe(pod);
+  REQUIRE(seen.reachable);
+  CHECK(seen.epoch == 3);
+  CHECK(seen.volume_state == sharemanager::v1::VOLUME_REPAIRING);
+  REQUIRE(seen.repair.has_value());
+  CHECK(seen.repair->what == kFsck);
+  CHECK(seen.repair->elapsed_ms == 420'000);
+
+  published.clear_repair();  // the repair ended: none is reported
+  published.set_volume_state(sharemanager::v1::VOLUME_MOUNTED);
+  service.Publish(published);
+  seen = connector.Observe(pod);
+  REQUIRE(seen.reachable);
+  CHECK(seen.volume_state == sharemanager::v1::VOLUME_MOUNTED);
+  CHECK_FALSE(seen.repair.has_value());
+  server->Shutdown();
 }
 
 }  // namespace controller
