@@ -18,7 +18,7 @@ namespace pb = sharemanager::controller::v1;
 
 struct Sim {
   explicit Sim(ReconcilerOptions options = {})
-      : reconciler(store, cluster, cluster, clock, options) {}
+      : reconciler(store, runtime, cluster, clock, options) {}
 
   void AddShare(const std::string& volume) {
     ShareRecord record;
