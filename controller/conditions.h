@@ -13,6 +13,9 @@ namespace condition {
 inline constexpr char kPodReady[] = "PodReady";
 inline constexpr char kHealthy[] = "Healthy";
 inline constexpr char kReadOnly[] = "ReadOnly";
+// True while the current pod reports a repair the controller honours; the
+// message is what is repaired. Its flip to false marks when the repair ended.
+inline constexpr char kRepairing[] = "Repairing";
 inline constexpr char kPodCreateFailed[] = "PodCreateFailed";
 inline constexpr char kPodDeleteFailed[] = "PodDeleteFailed";
 inline constexpr char kMountFailed[] = "MountFailed";

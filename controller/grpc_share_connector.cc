@@ -23,12 +23,19 @@ ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
     if (status.status().code() == absl::StatusCode::kUnavailable) Forget(pod.endpoint);
     return {.error = std::string(status.status().message())};
   }
-  return {.reachable = true,
-          .state = status->state(),
-          .reason = status->reason(),
-          .read_only = status->read_only(),
-          .handled_generation = status->remount_generation(),
-          .epoch = status->epoch()};
+  ShareObservation seen{.reachable = true,
+                        .state = status->state(),
+                        .reason = status->reason(),
+                        .read_only = status->read_only(),
+                        .handled_generation = status->remount_generation(),
+                        .epoch = status->epoch(),
+                        .volume_state = status->volume_state()};
+  if (status->has_repair()) {
+    seen.repair =
+        RepairObservation{.what = status->repair().what(),
+                          .elapsed_ms = static_cast<int64_t>(status->repair().elapsed_ms())};
+  }
+  return seen;
 }
 
 absl::StatusOr<uint64_t> GrpcShareConnector::Mount(const Pod& pod, uint64_t epoch,

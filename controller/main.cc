@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> daemon_flags;
   int workers = 4;
   std::string grace = "2s", rpc_timeout = "1s", resync = "1s", remount_delay = "5s";
+  std::string repair_budget = "30m";
   app.add_option("--share", shares, "Serve this volume (repeatable)");
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
@@ -77,6 +78,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--resync", resync, "Re-observe serving shares this often")->capture_default_str();
   app.add_option("--remount-delay", remount_delay, "Act on a remount request this long after it")
+      ->capture_default_str();
+  app.add_option("--repair-budget", repair_budget,
+                 "A share-manager that answers and reports a repair running no longer than this "
+                 "is not replaced")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -140,6 +145,7 @@ int main(int argc, char** argv) {
   options.reconciler.unhealthy_grace_ms = ParseMs("--unhealthy-grace", grace);
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
+  options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
 
   // Print phase changes as they are recorded.
   std::mutex print_mu;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "controller/conditions.h"
 
 namespace controller {
@@ -30,6 +31,23 @@ std::string Describe(const ShareObservation& share) {
   return absl::StrCat(sharemanager::v1::ShareState_Name(share.state), ": ", share.reason);
 }
 
+// The share-manager's word counts only from the pod the record names: an
+// answer for another epoch (an old server still on the endpoint) is no answer.
+std::optional<ShareObservation> FromCurrentPod(const std::optional<ShareObservation>& share,
+                                               uint64_t epoch) {
+  if (!share || !share->reachable || share->epoch == epoch) return share;
+  return ShareObservation{.error =
+                              absl::StrCat("answered for epoch ", share->epoch, ", not ", epoch)};
+}
+
+// When the last honoured repair ended (0: none did). The unhealthy grace and
+// the remount delay count from there: a pod that just finished a long repair
+// gets its grace instead of being judged by how long the repair took.
+int64_t RepairEndedMs(const ShareStatusRecord& status) {
+  const Condition* c = FindCondition(status, condition::kRepairing);
+  return c != nullptr && !c->status() ? c->last_transition_unix_ms() : 0;
+}
+
 }  // namespace
 
 ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& observed, int64_t now,
@@ -42,6 +60,17 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   if (pod != nullptr && st.pod().empty()) {
     st.set_pod(pod->name);  // created by a call whose answer was lost: adopt it
     st.set_pod_created_unix_ms(now);
+  }
+  const std::optional<ShareObservation> answered = FromCurrentPod(observed.share, st.epoch());
+  // A repair claim is honoured only while the peer answers; a frozen or gone
+  // share-manager's last word is not kept.
+  const RepairObservation* repair =
+      answered && answered->reachable && answered->repair ? &*answered->repair : nullptr;
+  if (repair != nullptr) {
+    SetCondition(st, condition::kRepairing, true, "Repairing", repair->what, now);
+  } else if (FindCondition(st, condition::kRepairing) != nullptr) {
+    SetCondition(st, condition::kRepairing, false,
+                 answered && answered->reachable ? "Finished" : "NotReported", "", now);
   }
 
   if (!record.spec().serve()) {
@@ -76,7 +105,7 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   // Running (or Unknown): the share-manager's own word decides.
   SetCondition(st, condition::kPodReady, pod->phase == PodPhase::kRunning,
                std::string(PodPhaseName(pod->phase)), "", now);
-  const ShareObservation share = observed.share.value_or(
+  const ShareObservation share = answered.value_or(
       ShareObservation{.error = absl::StrCat("pod phase ", PodPhaseName(pod->phase))});
   const bool serving = share.reachable && share.state == sharemanager::v1::SERVING;
   SetCondition(st, condition::kHealthy, serving, serving ? "Serving" : "NotServing",
@@ -97,6 +126,15 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
 
   if (share.reachable && share.state == sharemanager::v1::FAILED) {
     SetPhase(st, v1::ERROR, absl::StrCat("share-manager FAILED: ", share.reason));
+  } else if (repair != nullptr && repair->elapsed_ms > options.repair_budget_ms) {
+    SetPhase(st, v1::ERROR,
+             absl::StrCat("repair exceeded the repair budget of ",
+                          base::FormatDuration(base::Duration(options.repair_budget_ms)), ": ",
+                          repair->what));
+  } else if (repair != nullptr) {
+    // No elapsed time here: the record is rewritten when the repair changes,
+    // not on every pass while it runs.
+    SetPhase(st, v1::REPAIRING, absl::StrCat("repairing: ", repair->what));
   } else if (share.reachable && share.read_only) {
     // A read-only export is repaired by a remount, not by a new pod.
     SetPhase(st, v1::RUNNING, "export read-only; remount requested");
@@ -104,11 +142,15 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
     SetPhase(st, v1::RUNNING, "serving");
     if (now - st.last_replacement_unix_ms() >= options.stable_ms) st.set_replacements(0);
   } else {
-    const bool served_before = record.status().phase() == v1::RUNNING;
+    const v1::Phase before = record.status().phase();
+    // Right after a repair, a share-manager still STARTING was in its
+    // start-up check and gets the start timeout; any other had served.
+    const bool served_before = before == v1::RUNNING || (before == v1::REPAIRING &&
+                                                         share.state != sharemanager::v1::STARTING);
     const int64_t grace = served_before ? options.unhealthy_grace_ms : options.start_timeout_ms;
     const int64_t since =
-        std::max(FindCondition(st, condition::kHealthy)->last_transition_unix_ms(),
-                 st.pod_created_unix_ms());
+        std::max({FindCondition(st, condition::kHealthy)->last_transition_unix_ms(),
+                  st.pod_created_unix_ms(), RepairEndedMs(st)});
     if (now - since >= grace) {
       SetPhase(st, v1::ERROR,
                absl::StrCat("not serving for ", now - since, " ms: ", Describe(share)));
@@ -215,9 +257,13 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   if (current == nullptr) return CreatePod(record, st, now);
 
   // Remount: one request per read-only event; the gate requeues, never drops.
-  if (observed.share && observed.share->reachable &&
+  // Nothing that touches the device goes to a repairing share: the request
+  // waits for the repair's end (the resync requeues it) and its delay.
+  const auto answered = FromCurrentPod(observed.share, st.epoch());
+  if (answered && answered->reachable && st.phase() != v1::REPAIRING &&
       st.remount_requested_generation() > st.remount_acknowledged_generation()) {
-    const int64_t due = st.remount_requested_unix_ms() + options_.remount_delay_ms;
+    const int64_t due =
+        std::max(st.remount_requested_unix_ms(), RepairEndedMs(st)) + options_.remount_delay_ms;
     if (now < due) return {.requeue_after_ms = std::min(due - now, options_.resync_ms)};
     auto handled = connector_.Mount(*current, st.epoch(), st.remount_requested_generation());
     if (handled.ok()) {

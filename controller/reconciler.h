@@ -32,6 +32,10 @@ struct ReconcilerOptions {
   int64_t replace_backoff_max_ms = 120'000;
   // RUNNING this long ends a replacement streak.
   int64_t stable_ms = 60'000;
+  // A pod that answers and reports a repair running no longer than this is
+  // neither replaced nor sent a Mount: real filesystem checks take minutes,
+  // and replacing the pod would kill the check it is waiting for.
+  int64_t repair_budget_ms = 30 * 60'000;
 };
 
 struct PassResult {

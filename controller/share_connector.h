@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,13 @@
 #include "sharemanager/v1/sharemanager.pb.h"
 
 namespace controller {
+
+// A repair (or start-up filesystem check) the share-manager reports running.
+struct RepairObservation {
+  std::string what;
+  // On the share-manager's monotonic clock: immune to either side's wall clock.
+  int64_t elapsed_ms = 0;
+};
 
 struct ShareObservation {
   bool reachable = false;
@@ -20,6 +28,8 @@ struct ShareObservation {
   bool read_only = false;
   uint64_t handled_generation = 0;
   uint64_t epoch = 0;
+  sharemanager::v1::VolumeState volume_state = sharemanager::v1::VOLUME_STATE_UNSPECIFIED;
+  std::optional<RepairObservation> repair;  // while one runs
 };
 
 class ShareConnector {

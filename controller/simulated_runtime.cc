@@ -57,13 +57,22 @@ ShareObservation SimulatedCluster::Observe(const Pod& pod) {
   const SimPod& sim = it->second;
   if (fault != Fault::kNone || sim.frozen) return {.error = "deadline exceeded"};
   if (sim.pod.phase != PodPhase::kRunning) return {.error = "connection refused"};
-  return {.reachable = true,
-          .state = sim.serving && !sim.read_only ? sharemanager::v1::SERVING
-                                                 : sharemanager::v1::DEGRADED,
-          .reason = sim.read_only ? "export filesystem is read-only" : "",
-          .read_only = sim.read_only,
-          .handled_generation = sim.handled_generation,
-          .epoch = sim.pod.epoch};
+  ShareObservation seen{.reachable = true,
+                        .state = sim.serving && !sim.read_only ? sharemanager::v1::SERVING
+                                                               : sharemanager::v1::DEGRADED,
+                        .reason = sim.read_only ? "export filesystem is read-only" : "",
+                        .read_only = sim.read_only,
+                        .handled_generation = sim.handled_generation,
+                        .epoch = sim.reported_epoch != 0 ? sim.reported_epoch : sim.pod.epoch,
+                        .volume_state = sharemanager::v1::VOLUME_NONE};
+  if (sim.repair) {
+    seen.state = sim.startup_check ? sharemanager::v1::STARTING : sharemanager::v1::DEGRADED;
+    seen.reason = "repairing: " + *sim.repair;
+    seen.volume_state = sharemanager::v1::VOLUME_REPAIRING;
+    seen.repair =
+        RepairObservation{.what = *sim.repair, .elapsed_ms = NowMs() - sim.repair_started_ms};
+  }
+  return seen;
 }
 
 absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
@@ -81,6 +90,7 @@ absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
     return absl::FailedPreconditionError("stale epoch");
   }
   sim.mounts++;
+  if (sim.repair) return absl::FailedPreconditionError("a repair is in progress");
   if (generation > sim.handled_generation) {
     sim.handled_generation = generation;
     sim.read_only = false;  // the remount repaired it
@@ -102,14 +112,38 @@ void SimulatedCluster::Kill(const std::string& name, int exit_code) {
   listeners_.Notify(volume);
 }
 
-void SimulatedCluster::Freeze(const std::string& name, bool frozen) {
+void SimulatedCluster::Change(const std::string& name, const std::function<void(SimPod&)>& change) {
   std::lock_guard lock(mu_);
-  if (auto it = pods_.find(name); it != pods_.end()) it->second.frozen = frozen;
+  if (auto it = pods_.find(name); it != pods_.end()) change(it->second);
+}
+
+void SimulatedCluster::Freeze(const std::string& name, bool frozen) {
+  Change(name, [&](SimPod& sim) { sim.frozen = frozen; });
 }
 
 void SimulatedCluster::SetReadOnly(const std::string& name, bool read_only) {
-  std::lock_guard lock(mu_);
-  if (auto it = pods_.find(name); it != pods_.end()) it->second.read_only = read_only;
+  Change(name, [&](SimPod& sim) { sim.read_only = read_only; });
+}
+
+void SimulatedCluster::StartRepair(const std::string& name, const std::string& what,
+                                   bool startup_check) {
+  const int64_t now = NowMs();
+  Change(name, [&](SimPod& sim) {
+    sim.repair = what;
+    sim.repair_started_ms = now;
+    sim.startup_check = startup_check;
+  });
+}
+
+void SimulatedCluster::EndRepair(const std::string& name, bool serving) {
+  Change(name, [&](SimPod& sim) {
+    sim.repair.reset();
+    sim.serving = serving;
+  });
+}
+
+void SimulatedCluster::SetReportedEpoch(const std::string& name, uint64_t epoch) {
+  Change(name, [&](SimPod& sim) { sim.reported_epoch = epoch; });
 }
 
 std::vector<SimulatedCluster::SimPod> SimulatedCluster::Pods(const std::string& volume) const {

@@ -1,12 +1,15 @@
 // An in-memory PodRuntime and ShareConnector for simulations and benchmarks:
 // pods are records whose phase and health the test drives (die, freeze, go
-// read-only), and share-managers that answer Observe and Mount from them.
+// read-only, repair), and share-managers that answer Observe and Mount from them.
 // Observe and Mount go through a FaultInjector (wrap the runtime side in a
 // FaultyPodRuntime). Thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
 #include "controller/share_connector.h"
+#include "controller/wall_clock.h"
 
 namespace controller {
 
@@ -27,7 +31,16 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
     uint64_t handled_generation = 0;
     uint64_t mounts = 0;  // Mount calls that reached it
     uint64_t stale_epoch_refusals = 0;
+    // A repair in progress (what), since repair_started_ms on the cluster's
+    // clock; a start-up check reports STARTING, any other repair DEGRADED.
+    std::optional<std::string> repair;
+    int64_t repair_started_ms = 0;
+    bool startup_check = false;
+    uint64_t reported_epoch = 0;  // nonzero: answers as this epoch (another server)
   };
+
+  // Repairs report their elapsed time on `clock` (0 without one).
+  explicit SimulatedCluster(const WallClock* clock = nullptr) : clock_(clock) {}
 
   // PodRuntime. New pods start Running (the simulation's pods start at once).
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
@@ -44,6 +57,11 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   void Kill(const std::string& pod, int exit_code = 3);
   void Freeze(const std::string& pod, bool frozen);
   void SetReadOnly(const std::string& pod, bool read_only);
+  // A repair starts now; while it runs the pod is not SERVING and refuses Mount.
+  void StartRepair(const std::string& pod, const std::string& what, bool startup_check = false);
+  // The repair ends; the share serves again or (serving = false) does not.
+  void EndRepair(const std::string& pod, bool serving = true);
+  void SetReportedEpoch(const std::string& pod, uint64_t epoch);
   std::vector<SimPod> Pods(const std::string& volume) const;
   // Pods of the volume that are alive (Pending/Running/Unknown).
   int LivePods(const std::string& volume) const;
@@ -51,6 +69,11 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   FaultInjector& rpc_faults() { return rpc_faults_; }
 
  private:
+  // Applies `change` to the pod, if it exists, under the lock.
+  void Change(const std::string& pod, const std::function<void(SimPod&)>& change);
+  int64_t NowMs() const { return clock_ != nullptr ? clock_->NowMs() : 0; }
+
+  const WallClock* clock_;
   mutable std::mutex mu_;
   std::map<std::string, SimPod> pods_;  // by pod name
   std::unordered_map<std::string, std::vector<std::string>> by_volume_;

@@ -4,8 +4,12 @@
 #include "controller/reconciler.h"
 
 #include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
 
 #include "controller/conditions.h"
+#include "controller/grpc_share_connector.h"
 #include "tests/controller/sim_fixture.h"
 
 namespace controller {
@@ -207,6 +211,221 @@ TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
   CHECK(sim.cluster.LivePods("vol") == 0);
   CHECK(sim.Get("vol").status().phase() == pb::STOPPED);
   CHECK(sim.Get("vol").status().observed_spec_generation() == 2);
+}
+
+// The repair contract (issue 9): a share-manager that answers and reports a
+// repair within the budget keeps its pod and gets nothing that touches the device.
+namespace {
+
+constexpr char kFsck[] = "e2fsck -p /dev/sdb (after a filesystem error)";
+
+// A share whose pod runs, then starts repairing: returns the pod.
+std::string StartRepairing(Sim& sim, bool startup_check = false) {
+  sim.AddShare("vol");
+  if (startup_check) {
+    sim.Pass("vol");  // creates the pod, which checks its filesystem before serving
+  } else {
+    REQUIRE(sim.RunUntilRunning("vol"));
+  }
+  const std::string pod = sim.CurrentPod("vol");
+  sim.cluster.StartRepair(pod, kFsck, startup_check);
+  return pod;
+}
+
+// Passes every step_ms for total_ms, checking the share stays REPAIRING on `pod`.
+void RepairFor(Sim& sim, const std::string& pod, int64_t total_ms, int64_t step_ms) {
+  for (int64_t t = 0; t < total_ms; t += step_ms) {
+    const auto result = sim.Pass("vol");
+    const auto st = sim.Get("vol").status();
+    REQUIRE(st.phase() == pb::REPAIRING);
+    REQUIRE(st.pod() == pod);
+    REQUIRE(sim.cluster.LivePods("vol") == 1);
+    REQUIRE(result.requeue_after_ms.has_value());  // re-observed, never forgotten
+    sim.clock.Advance(step_ms);
+  }
+}
+
+// The share keeps its pod for exactly the unhealthy grace from now, then is replaced.
+void ReplacedAfterGrace(Sim& sim, int64_t grace_ms = ReconcilerOptions{}.unhealthy_grace_ms) {
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::RUNNING);  // not killed at once
+  sim.clock.Advance(grace_ms - 1);
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  sim.clock.Advance(1);
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+  CHECK(sim.cluster.LivePods("vol") == 0);
+}
+
+uint64_t Mounts(Sim& sim) {
+  const auto pods = sim.cluster.Pods("vol");
+  return pods.size() == 1 ? pods[0].mounts : 0;
+}
+
+}  // namespace
+
+TEST_CASE("repair: a share repairing past the grace and the start timeout is kept, gets no Mount") {
+  for (const bool startup_check : {false, true}) {
+    CAPTURE(startup_check);
+    Sim sim;  // unhealthy grace 2 s, start timeout 30 s, repair budget 30 min
+    const std::string pod = StartRepairing(sim, startup_check);
+    sim.cluster.SetReadOnly(pod, true);  // a remount request is made, and must wait
+    RepairFor(sim, pod, 10 * 60'000, 1000);
+    const auto st = sim.Get("vol").status();
+    CHECK(st.epoch() == 1);
+    CHECK(st.remount_requested_generation() == 1);
+    CHECK(Mounts(sim) == 0);
+    CHECK(ConditionTrue(st, condition::kRepairing));
+    CHECK(FindCondition(st, condition::kRepairing)->message() == kFsck);
+    CHECK(st.reason().find(kFsck) != std::string::npos);
+  }
+}
+
+TEST_CASE("repair: beyond the repair budget the share is ERROR and replaced") {
+  ReconcilerOptions options;
+  options.repair_budget_ms = 60'000;
+  Sim sim(options);
+  const std::string pod = StartRepairing(sim);
+  RepairFor(sim, pod, 60'000, 5000);
+  sim.clock.Advance(1);
+  sim.Pass("vol");
+  const auto st = sim.Get("vol").status();
+  CHECK(st.phase() == pb::ERROR);
+  CHECK(st.reason().find("repair exceeded the repair budget of 1m0s") != std::string::npos);
+  CHECK(sim.cluster.LivePods("vol") == 0);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kRepairing));
+}
+
+TEST_CASE("repair: an unreachable share that last said repairing is replaced after the grace") {
+  Sim sim;
+  const std::string pod = StartRepairing(sim);
+  RepairFor(sim, pod, 5 * 60'000, 10'000);
+  sim.cluster.Freeze(pod, true);  // its last status said "repairing"
+  ReplacedAfterGrace(sim);        // counted from its last answer
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kRepairing));
+}
+
+TEST_CASE("repair: after it ends, the unhealthy grace counts from its end") {
+  Sim sim;
+  const std::string pod = StartRepairing(sim);
+  RepairFor(sim, pod, 10 * 60'000, 60'000);
+  sim.cluster.EndRepair(pod, /*serving=*/false);
+  ReplacedAfterGrace(sim);
+}
+
+TEST_CASE("repair: a pending remount is sent once, after the repair ends and its delay") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 5000;
+  Sim sim(options);
+  const std::string pod = StartRepairing(sim);
+  sim.cluster.SetReadOnly(pod, true);
+  RepairFor(sim, pod, 60'000, 100);
+  CHECK(Mounts(sim) == 0);
+  sim.cluster.EndRepair(pod);  // still read-only: the remount is still wanted
+  const int64_t ended = sim.clock.NowMs();
+  int64_t mounted_at = -1;
+  for (int i = 0; i < 100 && mounted_at < 0; ++i) {
+    sim.Pass("vol");
+    if (Mounts(sim) > 0) mounted_at = sim.clock.NowMs();
+    sim.clock.Advance(100);
+  }
+  CHECK(mounted_at >= ended + 5000);
+  CHECK(mounted_at <= ended + 5100);
+  for (int i = 0; i < 20; ++i) sim.Pass("vol");
+  CHECK(Mounts(sim) == 1);
+  const auto st = sim.Get("vol").status();
+  CHECK(st.remount_acknowledged_generation() == 1);
+  CHECK(st.phase() == pb::RUNNING);
+}
+
+TEST_CASE("repair: the record is not rewritten on every pass while an unchanged repair runs") {
+  Sim sim;
+  const std::string pod = StartRepairing(sim);
+  sim.Pass("vol");
+  const uint64_t version = sim.Get("vol").resource_version();
+  RepairFor(sim, pod, 100'000, 1000);  // 100 passes
+  CHECK(sim.Get("vol").resource_version() == version);
+  // A new `what` is a change worth recording.
+  sim.cluster.StartRepair(pod, "e2fsck -p /dev/sdb (second pass)");
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").resource_version() > version);
+}
+
+TEST_CASE("repair: a report that carries another epoch is not honoured") {
+  Sim sim;
+  const std::string pod = StartRepairing(sim);
+  sim.cluster.SetReportedEpoch(pod, 7);  // another server answers at the pod's endpoint
+  ReplacedAfterGrace(sim);               // as if the pod did not answer at all
+  const auto st = sim.Get("vol").status();
+  CHECK_FALSE(ConditionTrue(st, condition::kRepairing));
+  CHECK(FindCondition(st, condition::kHealthy)->message().find("epoch 7") != std::string::npos);
+}
+
+namespace {
+
+// A share-manager that publishes whatever status it is given.
+class PublishingShareManager final : public sharemanager::v1::ShareManager::Service {
+ public:
+  void Publish(sharemanager::v1::ShareStatus status) {
+    std::lock_guard lock(mu_);
+    status_ = std::move(status);
+  }
+  grpc::Status GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
+                         sharemanager::v1::ShareStatus* out) override {
+    std::lock_guard lock(mu_);
+    *out = status_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mu_;
+  sharemanager::v1::ShareStatus status_;
+};
+
+}  // namespace
+
+TEST_CASE("repair: the gRPC connector reports the repair a share-manager publishes") {
+  PublishingShareManager service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const auto server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  GrpcShareConnector connector;
+  const Pod pod{.name = PodName("vol", 3),
+                .volume = "vol",
+                .epoch = 3,
+                .phase = PodPhase::kRunning,
+                .endpoint = "127.0.0.1:" + std::to_string(port)};
+
+  sharemanager::v1::ShareStatus published;
+  published.set_state(sharemanager::v1::DEGRADED);
+  published.set_epoch(3);
+  published.set_volume_state(sharemanager::v1::VOLUME_REPAIRING);
+  published.mutable_repair()->set_what(kFsck);
+  published.mutable_repair()->set_elapsed_ms(420'000);
+  service.Publish(published);
+  auto seen = connector.Observe(pod);
+  REQUIRE(seen.reachable);
+  CHECK(seen.epoch == 3);
+  CHECK(seen.volume_state == sharemanager::v1::VOLUME_REPAIRING);
+  REQUIRE(seen.repair.has_value());
+  CHECK(seen.repair->what == kFsck);
+  CHECK(seen.repair->elapsed_ms == 420'000);
+
+  published.clear_repair();  // the repair ended: none is reported
+  published.set_volume_state(sharemanager::v1::VOLUME_MOUNTED);
+  service.Publish(published);
+  seen = connector.Observe(pod);
+  REQUIRE(seen.reachable);
+  CHECK(seen.volume_state == sharemanager::v1::VOLUME_MOUNTED);
+  CHECK_FALSE(seen.repair.has_value());
+  server->Shutdown();
 }
 
 }  // namespace controller

@@ -18,7 +18,7 @@ namespace pb = sharemanager::controller::v1;
 
 struct Sim {
   explicit Sim(ReconcilerOptions options = {})
-      : reconciler(store, cluster, cluster, clock, options) {}
+      : reconciler(store, runtime, cluster, clock, options) {}
 
   void AddShare(const std::string& volume) {
     ShareRecord record;
@@ -44,11 +44,11 @@ struct Sim {
   }
   std::string CurrentPod(const std::string& name) { return Get(name).status().pod(); }
 
+  FakeWallClock clock;  // first: the cluster reports repair times on it
   MemoryStore memory;
   FaultyStore store{memory};
-  SimulatedCluster cluster;
+  SimulatedCluster cluster{&clock};
   FaultyPodRuntime runtime{cluster};
-  FakeWallClock clock;
   Reconciler reconciler;
 };
 

@@ -1,5 +1,5 @@
 // A seeded simulation: thousands of random steps (passes, pod deaths, frozen
-// share-managers, read-only events, clock jumps, store conflicts and errors,
+// share-managers, read-only events, repairs, clock jumps, store conflicts and errors,
 // RPC timeouts) with the invariants checked after every step, then
 // convergence once the faults stop. A failing seed is printed; replay it with
 //   SHARE_SIM_SEED=<seed> ./build/tests/controller_unit_tests -tc='*seeded simulation*'
@@ -35,6 +35,7 @@ void RunSeed(uint64_t seed) {
   options.remount_delay_ms = 300;
   options.unhealthy_grace_ms = 1000;
   options.start_timeout_ms = 5000;
+  options.repair_budget_ms = 20'000;  // some repairs outlive it
   Sim sim(options);
   for (int i = 0; i < kShares; ++i) sim.AddShare(Volume(i));
   std::mt19937_64 rng(seed);
@@ -52,8 +53,24 @@ void RunSeed(uint64_t seed) {
     const int action = pick(100);
     if (action < 60) {
       const uint64_t faults_before = sim.store.faults().fired() + sim.runtime.faults().fired();
+      const uint64_t rpc_faults_before = sim.cluster.rpc_faults().fired();
       const auto before = sim.cluster.Pods(name);
+      // A current pod that will answer with a repair within the budget.
+      std::string repairing;
+      for (const auto& p : before) {
+        if (p.pod.epoch == sim.Get(name).status().epoch() && p.repair && !p.frozen &&
+            p.pod.phase == PodPhase::kRunning &&
+            sim.clock.NowMs() - p.repair_started_ms <= options.repair_budget_ms) {
+          repairing = p.pod.name;
+        }
+      }
       sim.Pass(name);
+      // The repair contract: a pod that answered "repairing" within the budget stays.
+      if (!repairing.empty() && sim.cluster.rpc_faults().fired() == rpc_faults_before) {
+        bool alive = false;
+        for (const auto& p : sim.cluster.Pods(name)) alive = alive || p.pod.name == repairing;
+        CHECK_MESSAGE(alive, repairing, " was deleted while repairing within its budget");
+      }
       // Status never stale by more than one pass: a pass whose store and
       // runtime calls all worked has recorded a dead current pod as not RUNNING.
       if (sim.store.faults().fired() + sim.runtime.faults().fired() == faults_before) {
@@ -77,6 +94,12 @@ void RunSeed(uint64_t seed) {
         sim.cluster.SetReadOnly(pods[0].pod.name, true);
         read_only_events[name]++;
       }
+    } else if (action < 80 && !pods.empty()) {
+      if (pods[0].repair) {
+        sim.cluster.EndRepair(pods[0].pod.name, pick(2) == 0);
+      } else {
+        sim.cluster.StartRepair(pods[0].pod.name, "e2fsck -p", /*startup_check=*/pick(2) == 0);
+      }
     } else if (action < 85) {
       Conflict(sim, name);
     } else {
@@ -99,7 +122,10 @@ void RunSeed(uint64_t seed) {
   sim.runtime.faults().Disable();
   sim.cluster.rpc_faults().Disable();
   for (int i = 0; i < kShares; ++i) {
-    for (const auto& p : sim.cluster.Pods(Volume(i))) sim.cluster.Freeze(p.pod.name, false);
+    for (const auto& p : sim.cluster.Pods(Volume(i))) {
+      sim.cluster.Freeze(p.pod.name, false);
+      if (p.repair) sim.cluster.EndRepair(p.pod.name);
+    }
   }
   for (int i = 0; i < kShares; ++i) {
     const std::string v = Volume(i);
