@@ -233,6 +233,8 @@ void Daemon::OnSupervisorStatus(const supervisor::SupervisorStatus& status) {
 }
 
 void Daemon::OnVolumePrepared(const absl::Status& status) {
+  // Interrupted by a stop: an orderly end, not a volume failure.
+  if (owner_->Snapshot().state == VolumeState::kStopping) return;
   if (!status.ok()) {
     spdlog::error("volume: {}", status.message());
     volume_failed_ = true;

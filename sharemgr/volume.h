@@ -102,10 +102,6 @@ class Volume {
   // mount replays its log). Never SIGKILLed, like Format. DATA_LOSS when
   // e2fsck left errors, with its last lines and what the operator can run.
   absl::Status Check(CheckMode mode) const;
-  // For VolumeMonitor until it calls Check(CheckMode): full is kRepair.
-  absl::Status Check(bool full) const {
-    return Check(full ? CheckMode::kRepair : CheckMode::kStartup);
-  }
   absl::Status Mount() const;
   // Retries "target is busy" with backoff for up to `budget`.
   absl::Status Unmount(std::chrono::milliseconds budget) const;

@@ -299,12 +299,20 @@ absl::Status VolumeOwner::DoRepairFull(const std::string& why) {
                                options_.attempts_per_repair, ")");
       SetRepair(info);
     };
+    // A device that is gone or returns I/O errors is no filesystem to fsck.
+    step("checking the device");
+    if (auto device = volume_.CheckDevice(); !device.ok()) {
+      const std::string reason = absl::StrCat("not repairing the filesystem: ", device.message());
+      SetRepair(std::nullopt);
+      SetState(VolumeState::kFailed, reason);
+      return absl::UnavailableError(reason);
+    }
     step("unmounting");
     if (!PauseUnlessStopping(options_.export_drain)) break;
     status = volume_.Unmount(options_.unmount_budget);
     if (status.ok()) {
       step("checking the filesystem");
-      status = volume_.Check(true);
+      status = volume_.Check(CheckMode::kRepair);
     }
     if (status.ok()) {
       step("mounting");
@@ -401,6 +409,9 @@ void VolumeOwner::BeginStop() {
     dropped.swap(queue_);
   }
   SetState(VolumeState::kStopping, "share-manager is stopping");
+  // A running check or mkfs gets SIGTERM (it stops at a safe point); a device
+  // wait ends. Nothing is SIGKILLed.
+  volume_.RequestStop();
   for (Job& job : dropped) {
     if (job.done) job.done(absl::UnavailableError("share-manager is stopping"));
   }

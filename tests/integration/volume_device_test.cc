@@ -14,6 +14,7 @@
 #include "sharemgr/volume.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
+#include "tests/support/make_loop.h"
 #include "tests/support/temp_dir.h"
 
 namespace {

@@ -13,6 +13,7 @@
 
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
+#include "tests/support/make_loop.h"
 
 namespace {
 
@@ -23,11 +24,7 @@ using testing_support::LoopDevice;
 using testing_support::Run;
 using testing_support::RunCommand;
 
-std::unique_ptr<LoopDevice> MakeExt4() {
-  auto loop = LoopDevice::Create("64M", "ext4");
-  REQUIRE_MESSAGE(loop.ok(), loop.status().ToString());
-  return std::move(*loop);
-}
+std::unique_ptr<LoopDevice> MakeExt4() { return testing_support::MakeLoop("ext4"); }
 
 std::string MountSourceOf(const std::string& target) {
   std::ifstream mounts("/proc/self/mounts");
@@ -142,9 +139,9 @@ absl::StatusOr<v1::ShareStatus> WaitRepairing(DaemonProcess& d) {
       milliseconds(15'000), "VOLUME_REPAIRING");
 }
 
-// e2fsck -fn: exit 0 means the filesystem is consistent.
+// The real e2fsck -fn: exit 0 means the filesystem is consistent.
 int CheckReadOnly(const LoopDevice& loop) {
-  return RunCommand({"e2fsck", "-fn", loop.path()}).exit_code;
+  return RunCommand({"/usr/sbin/e2fsck", "-fn", loop.path()}).exit_code;  // not the wrapper
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "longhorn/smrpc.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
+#include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
 
 namespace {

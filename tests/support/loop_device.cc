@@ -1,6 +1,5 @@
 #include "tests/support/loop_device.h"
 
-#include <doctest/doctest.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -45,12 +44,6 @@ absl::StatusOr<std::unique_ptr<LoopDevice>> LoopDevice::Create(const std::string
 absl::Status LoopDevice::Grow(const std::string& size) {
   if (auto s = Run({"truncate", "-s", size, image_}); !s.ok()) return s;
   return Run({"losetup", "-c", device_});
-}
-
-std::unique_ptr<LoopDevice> MakeLoop(const std::string& fs, const std::string& size) {
-  auto loop = LoopDevice::Create(size, fs);
-  REQUIRE_MESSAGE(loop.ok(), loop.status().ToString());
-  return std::move(*loop);
 }
 
 // Whether the loop device still serves our image: its number may have been

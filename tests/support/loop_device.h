@@ -27,9 +27,6 @@ class LoopDevice {
   std::string dir_, image_, device_;
 };
 
-// LoopDevice::Create for a test: fails the test (REQUIRE) when it cannot.
-std::unique_ptr<LoopDevice> MakeLoop(const std::string& fs, const std::string& size = "64M");
-
 // Runs a command; an error with its output unless it exits 0.
 absl::Status Run(const std::vector<std::string>& argv);
 
