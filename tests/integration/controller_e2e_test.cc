@@ -19,7 +19,9 @@
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/slow_fsck.h"
 
 namespace controller {
 namespace {
@@ -31,17 +33,21 @@ using std::chrono::milliseconds;
 constexpr char kVolume[] = "vol-e2e";
 
 struct Cluster {
-  Cluster() {
+  // `extra_daemon_flags`: e.g. a block device for every pod.
+  explicit Cluster(std::vector<std::string> extra_daemon_flags = {}) {
     char tmpl[] = "/tmp/sharemgr-e2e-XXXXXX";
     REQUIRE(mkdtemp(tmpl) != nullptr);
     dir = tmpl;
-    runtime = std::make_unique<LocalPodRuntime>(LocalPodRuntimeOptions{
-        .share_manager_binary = testing_support::ShareManagerBinary(),
-        .work_dir = dir,
-        .daemon_flags = {"--grace-period", "2", "--lease-lifetime", "2", "--max-deaths", "1",
-                         "--failed-linger", "200ms", "--probe-interval", "200ms", "--stop-timeout",
-                         "2s", "--log-level", "debug"},
-        .termination_grace = milliseconds(3000)});
+    std::vector<std::string> daemon_flags = {
+        "--grace-period",  "2",     "--lease-lifetime", "2",     "--max-deaths",   "1",
+        "--failed-linger", "200ms", "--probe-interval", "200ms", "--stop-timeout", "2s",
+        "--log-level",     "debug"};
+    daemon_flags.insert(daemon_flags.end(), extra_daemon_flags.begin(), extra_daemon_flags.end());
+    runtime = std::make_unique<LocalPodRuntime>(
+        LocalPodRuntimeOptions{.share_manager_binary = testing_support::ShareManagerBinary(),
+                               .work_dir = dir,
+                               .daemon_flags = daemon_flags,
+                               .termination_grace = milliseconds(3000)});
     ShareRecord record;
     record.set_name(kVolume);
     record.mutable_spec()->set_volume(kVolume);
@@ -223,6 +229,48 @@ TEST_CASE("5b. a frozen share-manager is replaced and writes resume") {
   REQUIRE(WaitFor([&] { return writer.WrittenSince(before) >= 2; }, milliseconds(20'000)));
   writer.Stop();
   CheckAllReadBack(port, writer.written());
+}
+
+TEST_CASE("6. a repair longer than the unhealthy grace: the pod is kept, same epoch serves after") {
+  testing_support::SlowFsck fsck;  // before the cluster: its pods inherit PATH
+  auto loop = testing_support::MakeLoop("ext4");
+  Cluster cluster({"--device", loop->path(), "--fs", "ext4", "--volume-probe-interval", "200ms"});
+  REQUIRE_MESSAGE(cluster.WaitRunning(1, milliseconds(30'000)), cluster.Describe());
+  const auto first = cluster.Status();
+  const uint16_t port = cluster.runtime->NfsPort(kVolume);
+  REQUIRE(testing_support::WriteOnce("127.0.0.1", port, std::string("/") + kVolume, "/precious",
+                                     "kept", milliseconds(5000))
+              .ok());
+  const int checks = fsck.Count("start");
+  fsck.Slow(true);
+  std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop->path()).filename().string() +
+                "/trigger_fs_error")
+      << "test error\n";
+  REQUIRE(fsck.WaitCount("start", checks + 1, milliseconds(10'000)));
+  // Five times the 1 s unhealthy grace: the controller records the repair and waits.
+  REQUIRE_MESSAGE(
+      WaitFor([&] { return cluster.Status().phase() == pb::REPAIRING; }, milliseconds(5000)),
+      cluster.Describe());
+  std::this_thread::sleep_for(milliseconds(5000));
+  CHECK_MESSAGE(cluster.Status().phase() == pb::REPAIRING, cluster.Describe());
+  CHECK(cluster.Status().epoch() == first.epoch());
+  fsck.Slow(false);
+  REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch(), milliseconds(30'000)), cluster.Describe());
+  const auto after = cluster.Status();
+  CHECK(after.epoch() == first.epoch());
+  CHECK(after.pod() == first.pod());
+  CHECK_FALSE(cluster.SawPhase(pb::ERROR));
+  CHECK(fsck.Count("TERM") == 0);  // nobody stopped the check
+  absl::StatusOr<std::string> data = absl::UnavailableError("not read");
+  WaitFor(
+      [&] {
+        data = testing_support::ReadOnce("127.0.0.1", port, std::string("/") + kVolume, "/precious",
+                                         milliseconds(1000));
+        return data.ok();
+      },
+      milliseconds(10'000));
+  REQUIRE_MESSAGE(data.ok(), data.status().ToString());
+  CHECK(*data == "kept");
 }
 
 TEST_CASE("a stale epoch is refused by a real share-manager") {

@@ -14,6 +14,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
+#include "tests/support/slow_fsck.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
 using testing_support::Run;
 using testing_support::RunCommand;
+using testing_support::SlowFsck;
 
 std::unique_ptr<LoopDevice> MakeExt4() { return testing_support::MakeLoop("ext4"); }
 
@@ -35,79 +37,11 @@ std::string MountSourceOf(const std::string& target) {
   return "";
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void TriggerExt4Error(const LoopDevice& loop) {
   std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop.path()).filename().string() +
                 "/trigger_fs_error")
       << "test error\n";
 }
-
-// An `e2fsck` first in PATH for the daemons this test starts: it logs each
-// run ("start ARGS"), sleeps while the file `slow` exists (interruptibly), logs
-// "TERM" and exits 32 (as e2fsck does when interrupted) on SIGTERM, then runs
-// the real e2fsck. A SIGKILL leaves "start" without "TERM" or "run". The
-// previous PATH comes back and the directory goes away, pass or fail.
-class SlowFsck {
- public:
-  SlowFsck() {
-    char tmpl[] = "/tmp/sharemgr-fsck-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir_ = tmpl;
-    const std::string script = dir_ + "/e2fsck";
-    std::ofstream(script) << "#!/bin/sh\n"
-                          << "log=" << dir_ << "/log\n"
-                          << "echo \"start $*\" >>\"$log\"\n"
-                          << "trap 'echo TERM >>\"$log\"; exit 32' TERM\n"
-                          << "while [ -e " << dir_ << "/slow ]; do sleep 0.1 & wait $!; done\n"
-                          << "trap - TERM\n"
-                          << "echo \"run $*\" >>\"$log\"\n"
-                          << "exec /usr/sbin/e2fsck \"$@\"\n";
-    REQUIRE(chmod(script.c_str(), 0755) == 0);
-    old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
-    setenv("PATH", (dir_ + ":" + old_path_).c_str(), 1);
-  }
-  ~SlowFsck() {
-    setenv("PATH", old_path_.c_str(), 1);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  SlowFsck(const SlowFsck&) = delete;
-  SlowFsck& operator=(const SlowFsck&) = delete;
-
-  void Slow(bool slow) const {
-    if (slow) {
-      std::ofstream(dir_ + "/slow") << "";
-    } else {
-      std::filesystem::remove(dir_ + "/slow");
-    }
-  }
-  std::string log() const { return ReadFile(dir_ + "/log"); }
-  int Count(const std::string& word) const {
-    std::istringstream lines(log());
-    int n = 0;
-    for (std::string line; std::getline(lines, line);) n += line.rfind(word, 0) == 0 ? 1 : 0;
-    return n;
-  }
-  // Waits until the log has `n` lines starting with `word`.
-  bool WaitCount(const std::string& word, int n, milliseconds timeout) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Count(word) >= n) return true;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return false;
-  }
-
- private:
-  std::string dir_;
-  std::string old_path_;
-};
 
 std::unique_ptr<DaemonProcess> Start(const LoopDevice& loop, std::vector<std::string> extra = {},
                                      bool wait_until_serving = true) {
