@@ -51,6 +51,14 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
           throw new Error("allowPrivilegeEscalation: false together with SYS_ADMIN");
         }
       });
+      // A repair or a start-up fsck keeps readiness NOT_SERVING for as long as
+      // it takes: a probe that restarts the container must not watch it.
+      for (const probe of ["startupProbe", "livenessProbe"]) {
+        check(`${file}: ${c.name} ${probe} watches liveness, never readiness`, () => {
+          const service = (c[probe] && c[probe].grpc && c[probe].grpc.service) || "";
+          if (service !== "liveness") throw new Error(`watches "${service}"`);
+        });
+      }
       for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
         check(`${file}: ${c.name} ${probe} uses a published health service on the grpc port`, () => {
           const p = c[probe];
