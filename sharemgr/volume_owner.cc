@@ -69,14 +69,41 @@ VolumeOwner::~VolumeOwner() {
 }
 
 void VolumeOwner::Enqueue(Job job) {
+  absl::Status refused = absl::UnavailableError("share-manager is stopping");
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      queue_.push_back(std::move(job));
+    if (!stopping_ && job.start_by && queued_for_callers_ >= kMaxQueuedForCallers) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          kMaxQueuedForCallers, " volume operations are already waiting; ", job.name, " refused"));
+    } else if (!stopping_) {
+      if (job.start_by) ++queued_for_callers_;
+      if (job.repair) {
+        ++queued_repairs_;
+        // Behind other repairs, before callers' jobs.
+        auto first_caller =
+            std::find_if(queue_.begin(), queue_.end(), [](const Job& j) { return !j.repair; });
+        queue_.insert(first_caller, std::move(job));
+      } else {
+        queue_.push_back(std::move(job));
+      }
       return;
     }
   }
-  if (job.done) job.done(absl::UnavailableError("share-manager is stopping"));
+  if (job.done) job.done(refused);
+}
+
+void VolumeOwner::EnqueueRepair(Job job, const std::string& why) {
+  job.repair = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!repair_ && !stopping_) {
+      repair_ = RepairInfo{.what = absl::StrCat("queued: ", why),
+                           .started = Clock::now(),
+                           .started_wall = std::chrono::system_clock::now()};
+    }
+  }
+  if (on_change_) on_change_();
+  Enqueue(std::move(job));
 }
 
 void VolumeOwner::ThreadMain() {
@@ -93,8 +120,10 @@ void VolumeOwner::ThreadMain() {
       if (queue_.empty()) break;  // quit_ with nothing left (Stop drops queued jobs)
       job = std::move(queue_.front());
       queue_.pop_front();
+      if (job.start_by) --queued_for_callers_;
       state = state_;
       running_ = true;
+      running_never_abandon_ = job.never_abandon;
     }
     absl::Status result = job.start_by && Clock::now() > *job.start_by
                               ? absl::DeadlineExceededError(absl::StrCat(
@@ -104,10 +133,18 @@ void VolumeOwner::ThreadMain() {
       spdlog::debug("volume: {} starts", job.name);
       result = job.run();
     }
+    bool repairs_left = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (job.repair) --queued_repairs_;
+      repairs_left = queued_repairs_ > 0;
+      running_ = false;
+      running_never_abandon_ = false;
+      ++finished_jobs_;
+    }
+    // A repair that was refused (the volume released meanwhile) leaves no "queued".
+    if (job.repair && !repairs_left) SetRepair(std::nullopt);
     if (job.done) job.done(result);
-    absl::MutexLock lock(&mu_);
-    running_ = false;
-    ++finished_jobs_;
   }
   // Last, with ganesha gone: nothing may hold the device after the share-manager.
   if (volume_.ReadMountState().mounted) {
@@ -115,6 +152,8 @@ void VolumeOwner::ThreadMain() {
       spdlog::error("volume: {}", s.message());
     }
   }
+  absl::MutexLock lock(&mu_);
+  finished_ = true;
 }
 
 void VolumeOwner::SetState(VolumeState state, std::string detail) {
@@ -155,10 +194,20 @@ absl::Status VolumeOwner::CanRelease() const {
 
 absl::Status VolumeOwner::AdmitRpc(VolumeState state, std::initializer_list<VolumeState> allowed,
                                    const char* what) const {
+  const VolumeSnapshot now = Snapshot();
+  bool repair_queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    repair_queued = queued_repairs_ > 0;
+  }
+  if (repair_queued && state == VolumeState::kMounted) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " refused: a repair of the filesystem is queued",
+                     now.repair ? absl::StrCat(" (", now.repair->what, ")") : ""));
+  }
   for (VolumeState ok : allowed) {
     if (state == ok) return absl::OkStatus();
   }
-  const VolumeSnapshot now = Snapshot();
   switch (state) {
     case VolumeState::kPreparing:
       return absl::UnavailableError(absl::StrCat(
@@ -235,32 +284,38 @@ void VolumeOwner::Prepare(Done done) {
                     }
                     return status;
                   },
-              .done = std::move(done)});
+              .done = std::move(done),
+              .never_abandon = true});
 }
 
 void VolumeOwner::RepairInPlace(std::string why, Done done) {
-  Enqueue(Job{.name = "remount read-write",
-              .admit = OnlyMounted("no in-place repair"),
-              .run =
-                  [this, why = std::move(why)] {
-                    SetState(VolumeState::kRepairing, why);
-                    SetRepair(RepairInfo{.what = absl::StrCat("remount read-write (", why, ")"),
-                                         .started = Clock::now(),
-                                         .started_wall = std::chrono::system_clock::now()});
-                    absl::Status status = volume_.RemountReadWrite();
-                    SetRepair(std::nullopt);
-                    SetState(VolumeState::kMounted,
-                             status.ok() ? "" : std::string(status.message()));
-                    return status;
-                  },
-              .done = std::move(done)});
+  const std::string queued = why;
+  EnqueueRepair(
+      Job{.name = "remount read-write",
+          .admit = OnlyMounted("no in-place repair"),
+          .run =
+              [this, why = std::move(why)] {
+                SetState(VolumeState::kRepairing, why);
+                SetRepair(RepairInfo{.what = absl::StrCat("remount read-write (", why, ")"),
+                                     .started = Clock::now(),
+                                     .started_wall = std::chrono::system_clock::now()});
+                absl::Status status = volume_.RemountReadWrite();
+                SetRepair(std::nullopt);
+                SetState(VolumeState::kMounted, status.ok() ? "" : std::string(status.message()));
+                return status;
+              },
+          .done = std::move(done)},
+      queued);
 }
 
 void VolumeOwner::RepairFull(std::string why, Done done) {
-  Enqueue(Job{.name = "full repair",
-              .admit = OnlyMounted("no repair"),
-              .run = [this, why = std::move(why)] { return DoRepairFull(why); },
-              .done = std::move(done)});
+  const std::string queued = why;
+  EnqueueRepair(Job{.name = "full repair",
+                    .admit = OnlyMounted("no repair"),
+                    .run = [this, why = std::move(why)] { return DoRepairFull(why); },
+                    .done = std::move(done),
+                    .never_abandon = true},
+                queued);
 }
 
 bool VolumeOwner::PauseUnlessStopping(base::Duration pause) {
@@ -421,17 +476,31 @@ bool VolumeOwner::Stop(base::Duration budget) {
   BeginStop();
   absl::MutexLock lock(&mu_);
   quit_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; };
-  if (budget == base::Duration::max()) {
-    mu_.Await(absl::Condition(&idle));
-    return true;
+  auto done_or_checking = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return finished_ || (running_ && running_never_abandon_);
+  };
+  auto done_or_check_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return finished_ || !(running_ && running_never_abandon_);
+  };
+  for (;;) {
+    if (finished_) return true;
+    if (running_ && running_never_abandon_) {
+      // A filesystem check or mkfs asked to stop: abandoning it would let the
+      // process exit SIGKILL it mid-write. Only the kubelet's own SIGKILL may.
+      spdlog::info("volume: waiting for the running filesystem check to stop");
+      mu_.Await(absl::Condition(&done_or_check_ended));
+      continue;
+    }
+    if (budget == base::Duration::max()) {
+      mu_.Await(absl::Condition(&done_or_checking));
+      continue;
+    }
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_or_checking), absl::FromChrono(budget))) {
+      spdlog::error("volume: an operation on {} is still running after {}; not waiting longer",
+                    volume_.config().device, base::FormatDuration(budget));
+      return false;
+    }
   }
-  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::FromChrono(budget))) {
-    spdlog::error("volume: an operation on {} is still running after {}; not waiting longer",
-                  volume_.config().device, base::FormatDuration(budget));
-    return false;
-  }
-  return true;
 }
 
 }  // namespace sharemgr

@@ -64,6 +64,8 @@ class VolumeOwner {
   // Every state or repair change; runs on the device thread.
   using OnChange = std::function<void()>;
   using Deadline = std::chrono::system_clock::time_point;
+  // Callers' operations waiting at once; more are refused (RESOURCE_EXHAUSTED).
+  static constexpr int kMaxQueuedForCallers = 8;
 
   VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change);
   // Stops (see Stop) and joins the device thread.
@@ -95,9 +97,11 @@ class VolumeOwner {
   // callers are answered, the running operation is asked to stop (a filesystem
   // check gets SIGTERM and stops at a safe point; nothing is SIGKILLed). Any thread.
   void BeginStop();
-  // BeginStop, then waits up to `budget` for the running operation and
-  // unmounts the volume. False when an operation was still running at the
-  // budget (stuck in the kernel): the device thread cannot be joined then.
+  // BeginStop, then waits for the device thread to finish: the running
+  // operation (a filesystem check however long it takes to stop; anything
+  // else up to `budget`), then the final unmount (up to `budget`). False when
+  // something was still running at the budget (stuck in the kernel): the
+  // device thread cannot be joined then.
   bool Stop(base::Duration budget);
 
   VolumeSnapshot Snapshot() const;
@@ -111,9 +115,18 @@ class VolumeOwner {
     std::function<absl::Status()> run;
     Done done;
     std::optional<base::TimePoint> start_by;  // a caller's deadline; unset for internal jobs
+    // A repair goes before callers' jobs, and callers' jobs that touch the
+    // device are refused while one is queued.
+    bool repair = false;
+    // Runs a filesystem check or mkfs (prepare, full repair): once asked to
+    // stop it is waited for however long it takes, never abandoned to a
+    // process exit that would SIGKILL it.
+    bool never_abandon = false;
   };
 
   void Enqueue(Job job);
+  // Publishes a repair as queued, so the controller sees it before it starts.
+  void EnqueueRepair(Job job, const std::string& why);
   // Queues a job for an RPC and waits for its outcome until `deadline`.
   absl::Status RunForCaller(std::string name, std::function<absl::Status(VolumeState)> admit,
                             std::function<absl::Status()> run, Deadline deadline);
@@ -137,6 +150,11 @@ class VolumeOwner {
   std::optional<RepairInfo> repair_ ABSL_GUARDED_BY(mu_);
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_never_abandon_ ABSL_GUARDED_BY(mu_) = false;
+  int queued_repairs_ ABSL_GUARDED_BY(mu_) = 0;
+  int queued_for_callers_ ABSL_GUARDED_BY(mu_) = 0;
+  // The device thread has ended (after the final unmount).
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   // Wakes RPC callers that wait for a job (every job end, and at stop).

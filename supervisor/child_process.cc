@@ -44,14 +44,15 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
 
 // Runs in the forked child: only async-signal-safe calls until exec.
 [[noreturn]] void ExecChild(const char* path, char* const* argv, int output, int devnull,
-                            int report, pid_t parent) {
+                            int report, pid_t parent, int death_signal) {
   setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   signal(SIGPIPE, SIG_DFL);
-  // If the share-manager dies, ganesha must not outlive it unsupervised.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // If the share-manager dies, ganesha must not outlive it unsupervised; a
+  // filesystem check gets SIGTERM instead, so it stops at a safe point.
+  prctl(PR_SET_PDEATHSIG, death_signal);
   if (getppid() != parent) _exit(127);
   dup2(devnull, STDIN_FILENO);
   dup2(output, STDOUT_FILENO);
@@ -86,12 +87,18 @@ std::unique_lock<std::mutex> ChildProcess::LockSpawns() {
 
 bool ChildProcess::IsOwned(pid_t pid) { return OwnedPids().contains(pid); }
 
+void ChildProcess::Abandon() && {
+  Disown(pid_);
+  pid_ = -1;
+}
+
 std::string ChildExit::Describe() const {
   if (signal != 0) return absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")");
   return absl::StrCat("exited with code ", code);
 }
 
-absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv) {
+absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
+                                                 int death_signal) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   auto path = ResolveExecutable(argv[0]);
   if (!path.ok()) return path.status();
@@ -114,7 +121,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   if (pid < 0) return Errno("fork");
   if (pid == 0) {
     ExecChild(path->c_str(), args.data(), out_write.get(), devnull.get(), report_write.get(),
-              parent);
+              parent, death_signal);
   }
   OwnedPids().insert(pid);
   spawn_lock.unlock();

@@ -2,6 +2,7 @@
 // detection and its stdout/stderr on one pipe.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <mutex>
@@ -24,8 +25,10 @@ struct ChildExit {
 class ChildProcess {
  public:
   // Starts argv (argv[0] is looked up in PATH). Fails with a clear error when the
-  // program cannot be executed; then no process is left behind.
-  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv);
+  // program cannot be executed; then no process is left behind. The child gets
+  // `death_signal` when the thread that spawned it ends (PR_SET_PDEATHSIG).
+  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
+                                            int death_signal = SIGKILL);
 
   ChildProcess(ChildProcess&&) = default;
   ChildProcess& operator=(ChildProcess&&) = default;
@@ -39,6 +42,11 @@ class ChildProcess {
   // Signals the child's whole process group. Safe until Reap(): the group id
   // cannot be reused while the leader is unreaped.
   void SignalGroup(int sig) const;
+
+  // Gives up on a child that did not die (stuck in the kernel after SIGKILL):
+  // it is no longer owned, so the orphan reaper (share-manager's SIGCHLD
+  // handling) reaps it whenever it finally exits.
+  void Abandon() &&;
 
   // Collects the exit status once pidfd() is readable.
   absl::StatusOr<ChildExit> Reap();

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "supervisor/child_process.h"
 
@@ -21,8 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// How long a SIGKILLed program may take to die before it is left to a reaper
-// thread: only a process stuck in the kernel takes longer.
+// How long a SIGKILLed program may take to die before it is abandoned to the
+// orphan reaper: only a process stuck in the kernel takes longer.
 constexpr milliseconds kKillGrace(2000);
 
 // False once the pipe is at end of file (every writer closed it).
@@ -31,17 +30,6 @@ bool DrainInto(int fd, std::string& out) {
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
   return n != 0;
-}
-
-// A SIGKILLed program that did not die (uninterruptible I/O) is reaped when it
-// finally does, so its caller can return now and no zombie stays behind.
-void ReapLater(ChildProcess child) {
-  std::thread([child = std::move(child)]() mutable {
-    pollfd exited{child.pidfd(), POLLIN, 0};
-    while (poll(&exited, 1, -1) < 0 && errno == EINTR) {
-    }
-    (void)child.Reap();
-  }).detach();
 }
 
 int PollMs(milliseconds left) {
@@ -76,7 +64,9 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const RunOptions&
     result.output = "not started: a stop was requested";
     return result;
   }
-  auto child = ChildProcess::Spawn(argv);
+  // A program that must never be SIGKILLed gets SIGTERM if share-manager dies.
+  auto child = ChildProcess::Spawn(
+      argv, options.at_timeout == AtTimeout::kTerminate ? SIGTERM : SIGKILL);
   if (!child.ok()) {
     result.output = std::string(child.status().message());
     return result;
@@ -104,7 +94,7 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const RunOptions&
       spdlog::warn("{} (pid {}) did not die {} ms after SIGKILL; leaving it to be reaped later",
                    argv[0], child->pid(), kKillGrace.count());
       DrainInto(child->output_fd(), result.output);
-      ReapLater(*std::move(child));
+      std::move(*child).Abandon();
       result.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
       return result;
     }

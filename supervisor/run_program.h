@@ -34,7 +34,7 @@ class StopSignal {
 enum class AtTimeout {
   // SIGKILL the program's group: for helpers that leave nothing half-done
   // (resize2fs, dd). A program the kernel holds (a read stuck in D state)
-  // is left to a reaper thread after a short grace, so the caller returns.
+  // is abandoned to the orphan reaper after a short grace, so the caller returns.
   kKill,
   // SIGTERM the group once and wait for the program to exit, however long it
   // takes: e2fsck and mkfs stop at a safe point.

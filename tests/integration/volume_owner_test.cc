@@ -22,20 +22,12 @@ namespace v1 = sharemanager::v1;
 using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
+using testing_support::MountSourceOf;
 using testing_support::Run;
 using testing_support::RunCommand;
 using testing_support::SlowFsck;
 
 std::unique_ptr<LoopDevice> MakeExt4() { return testing_support::MakeLoop("ext4"); }
-
-std::string MountSourceOf(const std::string& target) {
-  std::ifstream mounts("/proc/self/mounts");
-  std::string source, t, rest;
-  while (mounts >> source >> t && std::getline(mounts, rest)) {
-    if (t == target) return source;
-  }
-  return "";
-}
 
 void TriggerExt4Error(const LoopDevice& loop) {
   std::ofstream("/sys/fs/ext4/" + std::filesystem::path(loop.path()).filename().string() +

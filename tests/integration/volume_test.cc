@@ -14,6 +14,7 @@
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -22,6 +23,7 @@ using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
 using testing_support::MakeLoop;
+using testing_support::MountSourceOf;
 using testing_support::Run;
 using testing_support::RunCommand;
 using testing_support::ShareManagerBinary;
@@ -42,36 +44,15 @@ std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string
 // is removed when this goes, pass or fail; declare it before the daemon.
 class DeviceName {
  public:
-  DeviceName() {
-    char tmpl[] = "/tmp/sharemgr-device-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir_ = tmpl;
-  }
-  ~DeviceName() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  DeviceName(const DeviceName&) = delete;
-  DeviceName& operator=(const DeviceName&) = delete;
-
-  std::string path() const { return dir_ + "/device"; }
+  std::string path() const { return dir_.path() + "/device"; }
   void Appear(const LoopDevice& loop) const {
     std::filesystem::create_symlink(loop.path(), path());
   }
   void Vanish() const { std::filesystem::remove(path()); }
 
  private:
-  std::string dir_;
+  testing_support::TempDir dir_;
 };
-
-std::string MountSourceOf(const std::string& target) {
-  std::ifstream mounts("/proc/self/mounts");
-  std::string source, t, rest;
-  while (mounts >> source >> t && std::getline(mounts, rest)) {
-    if (t == target) return source;
-  }
-  return "";
-}
 
 // Collects WatchStatus messages until one matches.
 std::vector<v1::ShareStatus> WatchUntil(const DaemonProcess& d,

@@ -46,6 +46,15 @@ absl::Status LoopDevice::Grow(const std::string& size) {
   return Run({"losetup", "-c", device_});
 }
 
+std::string MountSourceOf(const std::string& target) {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string source, t, rest;
+  while (mounts >> source >> t && std::getline(mounts, rest)) {
+    if (t == target) return source;
+  }
+  return "";
+}
+
 // Whether the loop device still serves our image: its number may have been
 // reused by another test after a test detached it on purpose.
 bool StillOurs(const std::string& device, const std::string& image) {

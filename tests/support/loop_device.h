@@ -27,6 +27,9 @@ class LoopDevice {
   std::string dir_, image_, device_;
 };
 
+// What is mounted at `target` ("" when nothing is), from /proc/self/mounts.
+std::string MountSourceOf(const std::string& target);
+
 // Runs a command; an error with its output unless it exits 0.
 absl::Status Run(const std::vector<std::string>& argv);
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/temp_dir.h"
+
 namespace testing_support {
 
 // An `e2fsck` first in PATH for the daemons this test starts: it logs each
@@ -22,10 +24,7 @@ namespace testing_support {
 // previous PATH comes back and the directory goes away, pass or fail.
 class SlowFsck {
  public:
-  SlowFsck() {
-    char tmpl[] = "/tmp/sharemgr-fsck-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir_ = tmpl;
+  SlowFsck() : dir_(temp_.path()) {
     const std::string script = dir_ + "/e2fsck";
     std::ofstream(script) << "#!/bin/sh\n"
                           << "log=" << dir_ << "/log\n"
@@ -39,11 +38,7 @@ class SlowFsck {
     old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
     setenv("PATH", (dir_ + ":" + old_path_).c_str(), 1);
   }
-  ~SlowFsck() {
-    setenv("PATH", old_path_.c_str(), 1);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  ~SlowFsck() { setenv("PATH", old_path_.c_str(), 1); }
   SlowFsck(const SlowFsck&) = delete;
   SlowFsck& operator=(const SlowFsck&) = delete;
 
@@ -77,7 +72,8 @@ class SlowFsck {
   }
 
  private:
-  std::string dir_;
+  TempDir temp_;
+  const std::string dir_;
   std::string old_path_;
 };
 
