@@ -10,19 +10,12 @@
 #include <sstream>
 
 #include "base/validate.h"
+#include "tests/support/temp_dir.h"
 
 namespace base {
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/base-files-test.XXXXXX";
-    REQUIRE(mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using testing_support::TempDir;
 
 unsigned ModeOf(const std::string& path) {
   struct stat st {};
@@ -64,6 +57,19 @@ TEST_CASE("WriteFileAtomically replaces the content and leaves no temp file behi
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(t.path)) ++entries;
   CHECK(entries == 1);
   CHECK(!WriteFileAtomically(t.path + "/missing/dir/file", "x").ok());
+}
+
+TEST_CASE("ReadFile: NotFound only for a missing file; a directory is an error naming it") {
+  TempDir t;
+  REQUIRE(WriteFileAtomically(t.path + "/file", "a\nb\n").ok());
+  auto content = ReadFile(t.path + "/file");
+  REQUIRE(content.ok());
+  CHECK(*content == "a\nb\n");
+  CHECK(ReadFile(t.path + "/missing").status().code() == absl::StatusCode::kNotFound);
+  const auto dir = ReadFile(t.path);
+  REQUIRE_FALSE(dir.ok());
+  CHECK(dir.status().code() != absl::StatusCode::kNotFound);
+  CHECK(dir.status().message() == t.path + " is not a regular file");
 }
 
 TEST_CASE("NormalizePath: doubled and trailing slashes and symlinked components") {

@@ -13,6 +13,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -46,26 +47,14 @@ std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string
 // is removed when this goes, pass or fail; declare it before the daemon.
 class DeviceName {
  public:
-  DeviceName() {
-    char tmpl[] = "/tmp/sharemgr-device-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir_ = tmpl;
-  }
-  ~DeviceName() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  DeviceName(const DeviceName&) = delete;
-  DeviceName& operator=(const DeviceName&) = delete;
-
-  std::string path() const { return dir_ + "/device"; }
+  std::string path() const { return dir_.path + "/device"; }
   void Appear(const LoopDevice& loop) const {
     std::filesystem::create_symlink(loop.path(), path());
   }
   void Vanish() const { std::filesystem::remove(path()); }
 
  private:
-  std::string dir_;
+  testing_support::TempDir dir_{"sharemgr-device"};
 };
 
 std::string MountSourceOf(const std::string& target) {
