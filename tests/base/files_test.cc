@@ -59,7 +59,7 @@ TEST_CASE("WriteFileAtomically replaces the content and leaves no temp file behi
   CHECK(!WriteFileAtomically(t.path + "/missing/dir/file", "x").ok());
 }
 
-TEST_CASE("ReadFile: NotFound only for a missing file; a directory is an error naming it") {
+TEST_CASE("ReadFile: NotFound only for a missing file, a directory is an error naming it") {
   TempDir t;
   REQUIRE(WriteFileAtomically(t.path + "/file", "a\nb\n").ok());
   auto content = ReadFile(t.path + "/file");
