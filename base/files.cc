@@ -78,4 +78,26 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+    return Errno("cannot open", path);
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return Errno("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + " is not a regular file");
+  std::string content;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n == 0) return content;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot read", path);
+    }
+    content.append(buf, static_cast<size_t>(n));
+  }
+}
+
 }  // namespace base

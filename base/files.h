@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace base {
 
@@ -23,5 +24,11 @@ absl::Status EnsureDirectory(const std::string& path, unsigned mode,
 // `path` holds the old or the new content and the rename itself is durable.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
                                  unsigned mode = 0600);
+
+// Reads the whole regular file through an O_CLOEXEC fd. NotFound only when it
+// does not exist; anything else (a directory in its place, EACCES, EIO, a read
+// error midway) is another error naming the path, so callers can tell "empty"
+// from "unreadable".
+absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace base

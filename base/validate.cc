@@ -80,14 +80,16 @@ absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_v
   if (auto s = ValidateConfigPath(flag, path); !s.ok()) return s;
   std::vector<std::string> parts =
       absl::StrSplit(path.substr(1), '/', absl::SkipEmpty());  // drops "//" and a trailing "/"
-  std::string normal = "/" + absl::StrJoin(parts, "/");
+  // StrCat, not "/" + ...: GCC 12 at -O3 reports a false -Werror=restrict in
+  // operator+(const char*, std::string&&).
+  std::string normal = absl::StrCat("/", absl::StrJoin(parts, "/"));
   if (!resolve_symlinks) return normal;
   // Resolve the longest prefix that exists ("/" always does); the rest is created later.
   size_t existing = parts.size();
   std::string resolved = "/";
   for (; existing > 0; --existing) {
-    const std::string prefix =
-        "/" + absl::StrJoin(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(existing), "/");
+    const std::string prefix = absl::StrCat(
+        "/", absl::StrJoin(parts.begin(), parts.begin() + static_cast<ptrdiff_t>(existing), "/"));
     char buf[PATH_MAX];
     if (realpath(prefix.c_str(), buf) != nullptr) {
       resolved = buf;

@@ -12,16 +12,23 @@ Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connec
       runtime_(runtime),
       options_(options),
       reconciler_(store, runtime, connector, clock, options.reconciler),
-      queue_(options.queue) {}
+      queue_(std::make_shared<WorkQueue>(options.queue)) {}
 
 Controller::~Controller() { Stop(); }
 
 absl::Status Controller::Start() {
-  store_.Watch([this](const std::string& name) { queue_.Add(name); });
-  runtime_.Watch([this](const std::string& volume) { queue_.Add(volume); });
+  // The store and the runtime may outlive this controller and keep notifying
+  // (a runtime's shutdown deletes its pods): their listeners hold the queue
+  // weakly, so a late notification finds it gone instead of freed memory.
+  std::weak_ptr<WorkQueue> queue = queue_;
+  auto enqueue = [queue](const std::string& name) {
+    if (auto q = queue.lock()) q->Add(name);
+  };
+  store_.Watch(enqueue);
+  runtime_.Watch(enqueue);
   auto shares = store_.List();
   if (!shares.ok()) return shares.status();
-  for (const auto& share : *shares) queue_.Add(share.name());
+  for (const auto& share : *shares) queue_->Add(share.name());
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { Work(); });
   started_ = true;
   return absl::OkStatus();
@@ -30,7 +37,7 @@ absl::Status Controller::Start() {
 void Controller::Stop() {
   if (!started_) return;
   started_ = false;
-  queue_.ShutDown();
+  queue_->ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
   std::lock_guard lock(watches_mu_);
@@ -38,19 +45,19 @@ void Controller::Stop() {
 }
 
 void Controller::Work() {
-  while (auto name = queue_.Get()) {
+  while (auto name = queue_->Get()) {
     const PassResult result = reconciler_.Reconcile(*name);
     if (!result.error.ok()) {
       spdlog::warn("share {}: {} (retrying with backoff)", *name, result.error.message());
-      queue_.AddRateLimited(*name);
+      queue_->AddRateLimited(*name);
     } else {
-      queue_.Forget(*name);
+      queue_->Forget(*name);
       if (result.requeue_after_ms) {
-        queue_.AddAfter(*name, std::chrono::milliseconds(*result.requeue_after_ms));
+        queue_->AddAfter(*name, std::chrono::milliseconds(*result.requeue_after_ms));
       }
     }
     if (options_.watch_health) FollowHealth(*name);
-    queue_.Done(*name);
+    queue_->Done(*name);
   }
 }
 
@@ -67,7 +74,7 @@ void Controller::FollowHealth(const std::string& name) {
     watched = endpoint;
     if (!endpoint.empty()) {
       watch = std::make_unique<StatusWatch>(
-          endpoint, [this, name](const StatusWatch::Event&) { queue_.Add(name); });
+          endpoint, [this, name](const StatusWatch::Event&) { queue_->Add(name); });
     }
   }
   // Destroyed outside the lock: it joins its thread.

@@ -44,7 +44,8 @@ class Controller {
   PodRuntime& runtime_;
   ControllerOptions options_;
   Reconciler reconciler_;
-  WorkQueue queue_;
+  // Shared only with the store's and runtime's listeners, weakly (see Start).
+  std::shared_ptr<WorkQueue> queue_;
   std::vector<std::thread> workers_;
   std::mutex watches_mu_;
   // share -> (endpoint, watch)

@@ -33,10 +33,16 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options)
   monitor_ = std::thread([this] { Monitor(); });
 }
 
-LocalPodRuntime::~LocalPodRuntime() {
+LocalPodRuntime::~LocalPodRuntime() { Shutdown(); }
+
+void LocalPodRuntime::Shutdown() {
+  if (!monitor_.joinable()) return;
   std::vector<std::string> names;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    closing_ = true;
+    // A Create under way would add its pod after we listed them.
+    creates_cv_.wait(lock, [this] { return creating_ == 0; });
     for (const auto& [name, pod] : pods_) names.push_back(name);
   }
   for (const auto& name : names) (void)Delete(name);
@@ -58,10 +64,12 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   pod.endpoint = absl::StrCat("127.0.0.1:", grpc_port);
   {
     std::lock_guard lock(mu_);
+    if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     auto& port = nfs_ports_[spec.volume()];
     if (port == 0) port = base::FreeLoopbackPort();
     pod.nfs_port = port;
+    ++creating_;
   }
   std::vector<std::string> argv = {options_.share_manager_binary,
                                    "daemon",
@@ -84,13 +92,14 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
   const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   auto process = SpawnOnMonitor(argv);
-  if (!process.ok()) {
-    if (log_fd >= 0) close(log_fd);
-    return process.status();
-  }
-  pod.phase = PodPhase::kRunning;
   {
     std::lock_guard lock(mu_);
+    if (--creating_ == 0) creates_cv_.notify_all();
+    if (!process.ok()) {
+      if (log_fd >= 0) close(log_fd);
+      return process.status();
+    }
+    pod.phase = PodPhase::kRunning;
     auto& local = pods_[pod.name];
     local.pod = pod;
     local.log_fd = log_fd;

@@ -35,7 +35,13 @@ struct LocalPodRuntimeOptions {
 class LocalPodRuntime final : public PodRuntime {
  public:
   explicit LocalPodRuntime(LocalPodRuntimeOptions options);
+  // Shutdown(), if not done yet.
   ~LocalPodRuntime() override;
+
+  // Deletes every pod (watchers hear of each) and stops the monitor; Create
+  // fails from then on. Call it while the watchers are still alive: the
+  // deletions notify them.
+  void Shutdown();
 
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
                              uint64_t epoch) override;
@@ -70,6 +76,11 @@ class LocalPodRuntime final : public PodRuntime {
   Listeners listeners_;
   base::UniqueFd epoll_;
   base::UniqueFd wakeup_;
+  // Set by Shutdown: no new Create starts; `creating_` counts those under way
+  // (spawned but not yet in pods_), which Shutdown waits for before deleting.
+  bool closing_ = false;
+  int creating_ = 0;
+  std::condition_variable creates_cv_;
   bool stop_ = false;
   std::vector<std::function<void()>> tasks_;
   std::thread monitor_;

@@ -1,16 +1,24 @@
 // share-controller: runs the controller on one machine with a MemoryStore
 // (optionally persisted) and LocalPodRuntime, for shares given by flags or a
-// file, and prints each share's phase as it changes.
+// file, and prints each share's phase as it changes. One share-controller per
+// store file and per work dir: each is flocked for the process's lifetime.
+//
+// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 failed to start or run, or
+// another share-controller holds the store file or the work dir; 2 bad flags,
+// or a file they name cannot be used (an unreadable store is never started
+// empty).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <fstream>
 #include <iostream>
 #include <map>
 
+#include "absl/strings/str_split.h"
 #include "base/clock.h"
+#include "base/file_lock.h"
+#include "base/files.h"
 #include "base/fmt_absl.h"
 #include "base/validate.h"
 #include "controller/controller.h"
@@ -52,7 +60,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "share-controller runs share-manager pods as local processes and keeps each share\n"
       "served: one active pod per volume (fenced by epochs), replaced when it dies or hangs,\n"
-      "remounted once per read-only event. Prints every share's phase as it changes."};
+      "remounted once per read-only event. Prints every share's phase as it changes.\n"
+      "Exit codes: 0 stopped by a signal; 1 failed, or another share-controller holds the\n"
+      "store file or work dir; 2 bad flags or an unusable file (an unreadable store)."};
   std::vector<std::string> shares;
   std::string shares_file, store_file, work_dir = "/var/lib/share-controller";
   std::string binary = SiblingBinary(argv[0], "share-manager");
@@ -86,13 +96,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!shares_file.empty()) {
-    std::ifstream in(shares_file);
-    if (!in) {
-      std::cerr << "share-controller: cannot read " << shares_file << "\n";
+    auto content = base::ReadFile(shares_file);
+    if (!content.ok()) {
+      std::cerr << "share-controller: cannot read the shares file: " << content.status().message()
+                << "\n";
       return 2;
     }
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty() && line[0] != '#') shares.push_back(line);
+    for (absl::string_view line : absl::StrSplit(*content, '\n', absl::SkipEmpty())) {
+      if (line[0] != '#') shares.emplace_back(line);
     }
   }
   for (const auto& s : shares) {
@@ -112,6 +123,33 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // Two controllers on one work dir would run two pods per volume; on one
+  // store file each would overwrite the other's records (and epochs). Locked
+  // before anything is read, held until exit.
+  if (auto s = base::EnsureDirectory(work_dir, 0755); !s.ok()) {
+    std::cerr << "share-controller: --work-dir: " << s.message() << "\n";
+    return 1;
+  }
+  std::vector<base::FileLock> locks;
+  auto acquire = [&locks](const std::string& path, base::FileLock::Kind kind) {
+    auto held = base::FileLock::Acquire(path, kind, "share-controller");
+    if (!held.ok()) {
+      std::cerr << "share-controller: " << held.status().message() << "\n";
+      return false;
+    }
+    locks.push_back(*std::move(held));
+    return true;
+  };
+  if (!acquire(work_dir, base::FileLock::Kind::kDirectory)) return 1;
+  // Beside the store, not on it: the store file is replaced by a rename on
+  // every write, which would leave a lock on it behind on the old inode.
+  if (!store_file.empty() && !acquire(store_file + ".lock", base::FileLock::Kind::kLockFile)) {
+    return 1;
+  }
+
+  // Declared before the store: its watcher (below) prints with them.
+  std::mutex print_mu;
+  std::map<std::string, std::string> last_line;
   std::unique_ptr<controller::MemoryStore> store;
   if (store_file.empty()) {
     store = std::make_unique<controller::MemoryStore>();
@@ -135,8 +173,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  controller::LocalPodRuntime runtime(
-      {.share_manager_binary = binary, .work_dir = work_dir, .daemon_flags = daemon_flags});
+  // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
       {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout))});
   controller::SystemWallClock clock;
@@ -146,10 +183,10 @@ int main(int argc, char** argv) {
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
+  controller::LocalPodRuntime runtime(
+      {.share_manager_binary = binary, .work_dir = work_dir, .daemon_flags = daemon_flags});
 
   // Print phase changes as they are recorded.
-  std::mutex print_mu;
-  std::map<std::string, std::string> last_line;
   store->Watch([&](const std::string& name) {
     auto record = store->Get(name);
     if (!record.ok()) return;
@@ -173,6 +210,10 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("received signal {}; stopping (pods are deleted)", sig);
+  // In this order, nothing hears from an object already gone: the workers stop
+  // (no more store writes or pod creates), then the runtime deletes its pods
+  // and stops its monitor (its last notifications reach a stopped queue).
   controller.Stop();
+  runtime.Shutdown();
   return 0;
 }

@@ -3,20 +3,26 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/files.h"
 
 namespace controller {
 
 absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::OpenFile(const std::string& path) {
   auto store = std::make_unique<MemoryStore>();
   store->path_ = path;
-  std::ifstream in(path);
-  std::string line;
+  // Only a missing file is an empty store: starting empty over records that
+  // exist but could not be read would forget every share and its epoch.
+  auto content = base::ReadFile(path);
+  if (absl::IsNotFound(content.status())) return store;
+  if (!content.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the store file: ", content.status().message()));
+  }
   int line_no = 0;
-  while (std::getline(in, line)) {
+  const std::vector<std::string> lines = absl::StrSplit(*content, '\n');
+  for (const std::string& line : lines) {
     ++line_no;
     if (line.empty()) continue;
     ShareRecord record;
@@ -32,20 +38,18 @@ absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::OpenFile(const std::st
 
 absl::Status MemoryStore::PersistLocked() const {
   if (path_.empty()) return absl::OkStatus();
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [name, record] : records_) {
-      std::string json;
-      (void)google::protobuf::util::MessageToJsonString(record, &json);
-      out << json << "\n";
+  std::string content;
+  for (const auto& [name, record] : records_) {
+    std::string json;
+    if (auto s = google::protobuf::util::MessageToJsonString(record, &json); !s.ok()) {
+      return absl::InternalError(absl::StrCat("cannot encode share ", name, ": ", s.ToString()));
     }
-    out.flush();
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+    absl::StrAppend(&content, json, "\n");
   }
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path_));
-  }
+  // fsynced and renamed: after a crash the file holds the last acknowledged
+  // write or the one before, never a torn mix (an epoch must never go back).
+  auto s = base::WriteFileAtomically(path_, content);
+  if (!s.ok()) return absl::UnavailableError(s.message());
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 // An in-memory Store, optionally persisted to a file (one JSON record per
-// line, rewritten atomically on every change) so a controller can restart.
+// line, rewritten atomically and fsynced on every change) so a controller can
+// restart.
 #pragma once
 
 #include <mutex>
@@ -15,7 +16,10 @@ namespace controller {
 class MemoryStore final : public Store {
  public:
   MemoryStore() = default;
-  // Loads `path` when it exists; every change is written back to it.
+  // Loads `path`; a missing file is an empty store, any other failure to read
+  // it (not a regular file, EACCES, EIO, a bad line) is an error naming it.
+  // Every change is written back to it. Does not lock it: one process per
+  // file is the caller's to ensure (share-controller flocks <path>.lock).
   static absl::StatusOr<std::unique_ptr<MemoryStore>> OpenFile(const std::string& path);
 
   absl::StatusOr<ShareRecord> Get(const std::string& name) override;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: first the normal build (unit tests, then
 # integration tests with real ganesha and a real NFS client, then the container
-# image built and run), then the unit and integration suite again under
+# image built and run), then a Release build (build only: -O3 finds warnings
+# the other builds do not), then the unit and integration suite again under
 # AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,9 @@ ctest --test-dir build -L integration -j2 --output-on-failure
 
 echo "== container image and manifests"
 ctest --test-dir build -L container --verbose --output-on-failure
+
+echo "== Release build (-O3, as packagers build; warnings are errors here)"
+BUILD_DIR=build-release BUILD_TYPE=Release bash scripts/build.sh
 
 echo "== AddressSanitizer + UBSan build"
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON

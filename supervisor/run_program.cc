@@ -65,8 +65,8 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, const RunOptions&
     return result;
   }
   // A program that must never be SIGKILLed gets SIGTERM if share-manager dies.
-  auto child = ChildProcess::Spawn(
-      argv, options.at_timeout == AtTimeout::kTerminate ? SIGTERM : SIGKILL);
+  auto child =
+      ChildProcess::Spawn(argv, options.at_timeout == AtTimeout::kTerminate ? SIGTERM : SIGKILL);
   if (!child.ok()) {
     result.output = std::string(child.status().message());
     return result;

@@ -1,16 +1,19 @@
 #include "controller/memory_store.h"
 
 #include <doctest/doctest.h>
-#include <unistd.h>
+#include <google/protobuf/util/message_differencer.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "controller/faulty_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace controller {
 namespace {
+
+using testing_support::TempDir;
 
 ShareRecord Record(const std::string& name) {
   ShareRecord r;
@@ -18,6 +21,15 @@ ShareRecord Record(const std::string& name) {
   r.mutable_spec()->set_volume(name);
   r.mutable_spec()->set_serve(true);
   return r;
+}
+
+// OpenFile refuses `path` with `code` and a message containing `names`.
+void CheckRefused(const std::string& path, absl::StatusCode code, const std::string& names) {
+  const auto opened = MemoryStore::OpenFile(path);
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.status().code() == code);
+  CHECK_MESSAGE(opened.status().message().find(names) != absl::string_view::npos,
+                opened.status().ToString());
 }
 
 }  // namespace
@@ -60,7 +72,8 @@ TEST_CASE("watchers hear about every change") {
 }
 
 TEST_CASE("a file-backed store survives a restart") {
-  const std::string path = "/tmp/sharemgr-store-test-" + std::to_string(getpid()) + ".jsonl";
+  TempDir dir;
+  const std::string path = dir.path() + "/store.jsonl";
   {
     auto store = MemoryStore::OpenFile(path);
     REQUIRE(store.ok());
@@ -81,8 +94,85 @@ TEST_CASE("a file-backed store survives a restart") {
     std::ofstream corrupt(path, std::ios::app);
     corrupt << "{not json\n";
   }
-  CHECK(MemoryStore::OpenFile(path).status().code() == absl::StatusCode::kDataLoss);
-  std::filesystem::remove(path);
+  CheckRefused(path, absl::StatusCode::kDataLoss, path + ":3:");
+}
+
+TEST_CASE("reopening a store file gives the same records at the same versions") {
+  TempDir dir;
+  const std::string path = dir.path() + "/store.jsonl";
+  std::map<std::string, ShareRecord> written;
+  {
+    auto store = MemoryStore::OpenFile(path);
+    REQUIRE(store.ok());
+    for (const char* name : {"a", "b", "c"}) {
+      auto created = (*store)->Create(Record(name));
+      REQUIRE(created.ok());
+      created->mutable_status()->set_epoch(7);
+      auto updated = (*store)->Update(*created);
+      REQUIRE(updated.ok());
+      written[name] = *updated;
+    }
+    REQUIRE((*store)->Delete("b").ok());
+    written.erase("b");
+  }
+  auto reopened = MemoryStore::OpenFile(path);
+  REQUIRE(reopened.ok());
+  auto listed = (*reopened)->List();
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == written.size());
+  for (const auto& record : *listed) {
+    CAPTURE(record.ShortDebugString());
+    REQUIRE(written.contains(record.name()));
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(record, written[record.name()]));
+  }
+}
+
+TEST_CASE("a directory where the store file should be is refused, not an empty store") {
+  TempDir dir;
+  const std::string path = dir.path() + "/store.jsonl";
+  REQUIRE(std::filesystem::create_directory(path));
+  CheckRefused(path, absl::StatusCode::kFailedPrecondition, path);
+}
+
+TEST_CASE("a corrupt line anywhere in the store file refuses it, naming the line") {
+  TempDir dir;
+  const std::string path = dir.path() + "/store.jsonl";
+  {
+    auto store = MemoryStore::OpenFile(path);
+    REQUIRE(store.ok());
+    REQUIRE((*store)->Create(Record("a")).ok());
+  }
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "{\"name\": \"b\", \"spec\": 3}\n";  // valid JSON, not a ShareRecord
+  }
+  CheckRefused(path, absl::StatusCode::kDataLoss, path + ":2:");
+}
+
+TEST_CASE("many writes leave only the store file beside it and no fd open on it") {
+  TempDir dir;
+  const std::string path = dir.path() + "/store.jsonl";
+  auto store = MemoryStore::OpenFile(path);
+  REQUIRE(store.ok());
+  auto record = (*store)->Create(Record("a"));
+  REQUIRE(record.ok());
+  for (int i = 0; i < 100; ++i) {
+    record->mutable_status()->set_epoch(static_cast<uint64_t>(i));
+    record = (*store)->Update(*record);
+    REQUIRE(record.ok());
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename());
+  }
+  CHECK(names == std::vector<std::string>{"store.jsonl"});
+  // The store keeps no fd between writes, so none can leak into a pod the
+  // controller spawns (and the ones it opens briefly are O_CLOEXEC).
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    CHECK_MESSAGE(target.string().find(dir.path()) == std::string::npos, target.string());
+  }
 }
 
 TEST_CASE("the faulty store fails the k-th call, and a timeout-after still takes effect") {

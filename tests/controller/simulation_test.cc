@@ -10,6 +10,7 @@
 #include <random>
 
 #include "controller/conditions.h"
+#include "controller/controller.h"
 #include "tests/controller/sim_fixture.h"
 
 namespace controller {
@@ -153,6 +154,25 @@ TEST_CASE("seeded simulation: random faults, invariants after every step, conver
     return;
   }
   for (uint64_t seed = 1; seed <= 10; ++seed) RunSeed(seed);
+}
+
+// share-controller's runtime used to notify its already destroyed Controller
+// from its own destructor (heap-use-after-free under ASan).
+TEST_CASE("a store and a runtime that outlive their controller may still notify") {
+  MemoryStore store;
+  SimulatedCluster cluster;
+  FakeWallClock clock;
+  {
+    Controller controller(store, cluster, cluster, clock, {.workers = 1, .watch_health = false});
+    REQUIRE(controller.Start().ok());
+  }
+  ShareRecord record;
+  record.set_name("late");
+  record.mutable_spec()->set_volume("late");
+  REQUIRE(store.Create(record).ok());  // notifies the gone controller's listener
+  pb::ShareSpec spec;
+  spec.set_volume("late");
+  REQUIRE(cluster.Create(spec, 1).ok());  // so does this
 }
 
 }  // namespace controller

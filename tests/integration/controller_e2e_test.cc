@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "controller/controller.h"
@@ -22,6 +23,7 @@
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/slow_fsck.h"
+#include "tests/support/temp_dir.h"
 
 namespace controller {
 namespace {
@@ -311,40 +313,153 @@ TEST_CASE("StatusWatch reports each status, then 'unreachable' when the share-ma
 }  // namespace controller
 
 namespace controller {
+namespace {
+
+using testing_support::TempDir;
+
+std::string ShareControllerBinary() {
+  return std::filesystem::path(testing_support::ShareManagerBinary()).parent_path().parent_path() /
+         "controller" / "share-controller";
+}
+
+// A share-controller process for one test: its output collected; stopped
+// (SIGTERM, then SIGKILL) and reaped when the test ends, pass or fail.
+class ControllerProcess {
+ public:
+  explicit ControllerProcess(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {ShareControllerBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto child = supervisor::ChildProcess::Spawn(argv);
+    REQUIRE_MESSAGE(child.ok(), child.status().ToString());
+    child_.emplace(*std::move(child));
+  }
+  ~ControllerProcess() {
+    if (!child_ || exit_) return;
+    if (!Stop()) {
+      child_->SignalGroup(SIGKILL);
+      WaitExit(milliseconds(15'000));
+    }
+  }
+  ControllerProcess(const ControllerProcess&) = delete;
+  ControllerProcess& operator=(const ControllerProcess&) = delete;
+
+  pid_t pid() const { return child_->pid(); }
+  const std::string& output() const { return output_; }
+
+  // Collects output until it contains `text` or `timeout` passes.
+  bool WaitOutput(const std::string& text, milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (output_.find(text) == std::string::npos && Clock::now() < deadline) {
+      pollfd p{child_->output_fd(), POLLIN, 0};
+      poll(&p, 1, 200);
+      Drain();
+    }
+    return output_.find(text) != std::string::npos;
+  }
+  // The exit, once the process has exited (within `timeout`); nullopt while it runs.
+  std::optional<supervisor::ChildExit> WaitExit(milliseconds timeout) {
+    if (exit_) return exit_;
+    pollfd p{child_->pidfd(), POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
+    Drain();
+    auto reaped = child_->Reap();
+    exit_ = reaped.ok() ? *reaped : supervisor::ChildExit{};
+    return exit_;
+  }
+  // SIGTERM, then the exit within 15 s.
+  std::optional<supervisor::ChildExit> Stop() {
+    if (!exit_) child_->SignalGroup(SIGTERM);
+    return WaitExit(milliseconds(15'000));
+  }
+
+ private:
+  void Drain() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(child_->output_fd(), buf, sizeof(buf))) > 0) {
+      output_.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  std::optional<supervisor::ChildProcess> child_;
+  std::optional<supervisor::ChildExit> exit_;
+  std::string output_;
+};
+
+}  // namespace
 
 TEST_CASE("share-controller runs a share with real processes and prints its phases") {
-  char tmpl[] = "/tmp/sharemgr-ctl-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
-  const std::string binary =
-      std::filesystem::path(testing_support::ShareManagerBinary()).parent_path().parent_path() /
-      "controller" / "share-controller";
-  auto child = supervisor::ChildProcess::Spawn(
-      {binary, "--work-dir", dir, "--share", "vol-cli", "--store-file", dir + "/store.jsonl",
-       "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2", "--resync", "200ms"});
-  REQUIRE(child.ok());
-  std::string output;
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  char buf[4096];
-  while (Clock::now() < deadline && output.find("vol-cli RUNNING epoch=1") == std::string::npos) {
-    pollfd p{child->output_fd(), POLLIN, 0};
-    poll(&p, 1, 200);
-    ssize_t n;
-    while ((n = read(child->output_fd(), buf, sizeof(buf))) > 0)
-      output.append(buf, static_cast<size_t>(n));
-  }
-  CHECK_MESSAGE(output.find("vol-cli RUNNING epoch=1") != std::string::npos, output);
-  CHECK(output.find("vol-cli PENDING") != std::string::npos);
-  child->SignalGroup(SIGTERM);
-  pollfd p{child->pidfd(), POLLIN, 0};
-  REQUIRE(poll(&p, 1, 15'000) == 1);
-  CHECK(child->Reap()->ShellCode() == 0);
+  TempDir dir("sharemgr-ctl");
+  ControllerProcess ctl({"--work-dir", dir.path(), "--share", "vol-cli", "--store-file",
+                         dir.path() + "/store.jsonl", "--daemon-flag=--grace-period=2",
+                         "--daemon-flag=--lease-lifetime=2", "--resync", "200ms"});
+  CHECK_MESSAGE(ctl.WaitOutput("vol-cli RUNNING epoch=1", milliseconds(20'000)), ctl.output());
+  CHECK(ctl.output().find("vol-cli PENDING") != std::string::npos);
+  const auto exit = ctl.Stop();
+  REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+  CHECK(exit->ShellCode() == 0);
   // The record survived in the store file for a restart.
-  std::ifstream store(dir + "/store.jsonl");
+  std::ifstream store(dir.path() + "/store.jsonl");
   std::string line;
   std::getline(store, line);
   CHECK(line.find("\"name\":\"vol-cli\"") != std::string::npos);
-  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Starts a share-controller with `first_args`, then one with `second_args`:
+// the second must exit 1 at once with one line naming `held` and the first's
+// pid, and the first must keep running (and stop cleanly).
+void CheckSecondControllerRefused(const std::vector<std::string>& first_args,
+                                  const std::vector<std::string>& second_args,
+                                  const std::string& held) {
+  ControllerProcess first(first_args);
+  REQUIRE_MESSAGE(first.WaitOutput("controlling 0 share(s)", milliseconds(10'000)), first.output());
+  ControllerProcess second(second_args);
+  const auto exit = second.WaitExit(milliseconds(10'000));
+  REQUIRE_MESSAGE(exit.has_value(), second.output());
+  CHECK(exit->ShellCode() == 1);
+  CHECK(second.output() == "share-controller: another share-controller holds " + held + " (pid " +
+                               std::to_string(first.pid()) + ")\n");
+  CHECK_MESSAGE(!first.WaitExit(milliseconds(0)), first.output());
+  const auto stopped = first.Stop();
+  REQUIRE_MESSAGE(stopped.has_value(), first.output());
+  CHECK(stopped->ShellCode() == 0);
+}
+
+}  // namespace
+
+// Two share-controllers on one store file would overwrite each other's records
+// (epochs included); on one work dir they would run two pods per volume.
+TEST_CASE(
+    "a second share-controller on the same store file exits 1 while the first keeps running") {
+  TempDir dir("sharemgr-ctl");
+  const std::string store = dir.path() + "/store.jsonl";
+  CheckSecondControllerRefused({"--work-dir", dir.path() + "/w1", "--store-file", store},
+                               {"--work-dir", dir.path() + "/w2", "--store-file", store},
+                               store + ".lock");
+}
+
+TEST_CASE("a second share-controller on the same work dir exits 1 while the first keeps running") {
+  TempDir dir("sharemgr-ctl");
+  const std::string work_dir = dir.path() + "/work";
+  CheckSecondControllerRefused({"--work-dir", work_dir, "--store-file", dir.path() + "/one.jsonl"},
+                               {"--work-dir", work_dir, "--store-file", dir.path() + "/two.jsonl"},
+                               work_dir);
+}
+
+TEST_CASE("share-controller refuses an unreadable store file instead of starting empty") {
+  TempDir dir("sharemgr-ctl");
+  const std::string store = dir.path() + "/store.jsonl";
+  REQUIRE(std::filesystem::create_directory(store));  // a directory in its place
+  ControllerProcess ctl(
+      {"--work-dir", dir.path() + "/work", "--store-file", store, "--share", "vol-cli"});
+  const auto exit = ctl.WaitExit(milliseconds(10'000));
+  REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+  CHECK(exit->ShellCode() == 2);
+  CHECK(ctl.output() ==
+        "share-controller: cannot load the store file: " + store + " is not a regular file\n");
+  CHECK(!std::filesystem::exists(dir.path() + "/work/vol-cli"));  // no pod was started
 }
 
 }  // namespace controller

@@ -51,7 +51,7 @@ class DeviceName {
   void Vanish() const { std::filesystem::remove(path()); }
 
  private:
-  testing_support::TempDir dir_;
+  testing_support::TempDir dir_{"sharemgr-device"};
 };
 
 // Collects WatchStatus messages until one matches.

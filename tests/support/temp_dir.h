@@ -12,10 +12,10 @@ namespace testing_support {
 
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/sharemgr-test-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
+  explicit TempDir(const std::string& prefix = "sharemgr-test") {
+    std::string pattern = "/tmp/" + prefix + ".XXXXXX";
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
   }
   ~TempDir() {
     std::error_code ec;
