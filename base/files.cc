@@ -46,8 +46,8 @@ absl::Status EnsureDirectory(const std::string& path, unsigned mode, ExistingMod
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
-                                 unsigned mode) {
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content, unsigned mode,
+                                 Durability durability) {
   // A unique temp name: two writers (or a crash's leftover) never share one.
   std::string tmp = path + ".XXXXXX";
   std::vector<char> name(tmp.begin(), tmp.end());
@@ -69,9 +69,11 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     }
     written += static_cast<size_t>(n);
   }
-  if (fsync(fd.get()) != 0) return fail(Errno("cannot fsync", tmp));
+  const bool durable = durability == Durability::kFsync;
+  if (durable && fsync(fd.get()) != 0) return fail(Errno("cannot fsync", tmp));
   fd.reset();
   if (rename(tmp.c_str(), path.c_str()) != 0) return fail(Errno("cannot rename to", path));
+  if (!durable) return absl::OkStatus();
   const std::string dir = DirectoryOf(path);
   UniqueFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd || fsync(dir_fd.get()) != 0) return Errno("cannot fsync directory", dir);

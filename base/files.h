@@ -19,11 +19,18 @@ enum class ExistingMode {
 absl::Status EnsureDirectory(const std::string& path, unsigned mode,
                              ExistingMode existing = ExistingMode::kKeep);
 
-// Writes `content` to a new file beside `path` (a unique name, O_CLOEXEC),
-// fsyncs it, renames it over `path` and fsyncs the directory, so after a crash
-// `path` holds the old or the new content and the rename itself is durable.
+enum class Durability {
+  kFsync,     // survives a machine crash: the file and the rename are fsynced
+  kReplaced,  // readers see the old or the new content, never a mix; no fsync
+              // (for files rewritten at every start, written where blocking is costly)
+};
+
+// Writes `content` to a new file beside `path` (a unique name, O_CLOEXEC) and
+// renames it over `path`; with kFsync the file is fsynced before the rename and
+// the directory after it, so after a crash `path` holds the old or the new
+// content and the rename itself is durable.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
-                                 unsigned mode = 0600);
+                                 unsigned mode = 0600, Durability durability = Durability::kFsync);
 
 // Reads the whole regular file through an O_CLOEXEC fd. NotFound only when it
 // does not exist; anything else (a directory in its place, EACCES, EIO, a read

@@ -135,7 +135,7 @@ ShareCommands Daemon::Commands() {
           },
       .live_fields =
           [this](v1::ShareStatus& s) {
-            if (monitor_) monitor_->FillUsage(s);
+            if (const VolumeMonitor* monitor = monitor_for_rpcs_.load()) monitor->FillUsage(s);
             if (owner_ && s.has_repair()) {
               if (auto repair = owner_->Snapshot().repair) {
                 s.mutable_repair()->set_elapsed_ms(
@@ -246,8 +246,8 @@ void Daemon::OnVolumePrepared(const absl::Status& status) {
                        .changed = [this] { PublishShare(); },
                        .withdraw_export = [this] { share_.SetVolumeAvailable(false); },
                        .restore_export =
-                           [this] {
-                             share_.CountRemount();
+                           [this](bool repaired) {
+                             if (repaired) share_.CountRemount();
                              share_.SetVolumeAvailable(true);
                            },
                        .repaired_in_place = [this] { share_.CountRemount(); },
@@ -257,6 +257,7 @@ void Daemon::OnVolumePrepared(const absl::Status& status) {
                              sup_->Fail(reason);
                            },
                    });
+  monitor_for_rpcs_ = &*monitor_;
   share_.SetVolumeReady([this] { return monitor_->Ready(); });
   StartGanesha();
   monitor_->Start();
@@ -317,6 +318,9 @@ int Daemon::Run() {
 }
 
 int Daemon::Shutdown() {
+  // Callers waiting for a volume operation are answered before the server
+  // drains (also when the share FAILED, which skips STOPPING).
+  if (owner_) owner_->BeginStop();
   BeginServerStop();
   if (server_stopper_.joinable()) server_stopper_.join();
   const auto outcome = sup_->outcome();
@@ -324,7 +328,10 @@ int Daemon::Shutdown() {
     spdlog::error("a volume probe is stuck in the kernel; exiting without waiting for it");
     stuck_ = true;
   }
-  if (!stuck_) monitor_.reset();
+  if (!stuck_) {
+    monitor_for_rpcs_ = nullptr;  // the server is shut down: no RPC reads it any more
+    monitor_.reset();
+  }
   sup_.reset();  // ganesha is gone after this
   // Only now, with ganesha gone, may the device be released: the owner stops
   // what runs (a check gets SIGTERM and is waited for), then unmounts.

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -64,7 +65,9 @@ class Daemon {
   // Device thread; posts to loop_ and reads volume_.
   std::optional<VolumeOwner> owner_;
   std::optional<supervisor::Supervisor> sup_;
-  std::optional<VolumeMonitor> monitor_;
+  std::optional<VolumeMonitor> monitor_;  // loop thread
+  // The same monitor for gRPC threads (its usage figures are atomics).
+  std::atomic<const VolumeMonitor*> monitor_for_rpcs_{nullptr};
   ShareService service_;
   LonghornService longhorn_;
   std::unique_ptr<grpc::Server> server_;

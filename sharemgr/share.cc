@@ -15,7 +15,10 @@ Share::Share(GaneshaConfig config, std::string config_path, std::function<void()
       reload_(std::move(reload)) {}
 
 absl::Status Share::WriteConfig() const {
-  return base::WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_));
+  // Rendered anew at every start, and written on the loop thread: atomic for
+  // ganesha's reread, without an fsync that a slow disk could stall.
+  return base::WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_),
+                                   0600, base::Durability::kReplaced);
 }
 
 void Share::SetVolumeAvailable(bool available) {

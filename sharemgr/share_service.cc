@@ -17,7 +17,8 @@ using SystemClock = std::chrono::system_clock;
 constexpr auto kMaxCommandTime = std::chrono::seconds(10);
 // Trim and resize may legitimately run long; still bounded.
 constexpr auto kMaxFilesystemOpTime = std::chrono::hours(1);
-// Streams re-check for cancellation this often; changes wake them at once.
+// Streams and waiting handlers re-check for cancellation (or a closing board)
+// this often; changes wake them at once.
 constexpr auto kStreamCancelCheck = std::chrono::milliseconds(250);
 
 ShareCommands::Deadline CallerDeadline(const grpc::ServerContext* context,
@@ -85,8 +86,14 @@ absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
   auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
   auto result = promise->get_future();
   commands_.post([promise, op = std::move(op)] { promise->set_value(op()); });
-  if (result.wait_until(deadline) != std::future_status::ready) {
-    return absl::DeadlineExceededError("the supervisor loop did not complete the request in time");
+  // The loop may quit (stop, failure) before it runs the task: the board is
+  // closed then, and the caller is answered at once rather than at its deadline.
+  while (result.wait_for(kStreamCancelCheck) != std::future_status::ready) {
+    if (board_.closed()) return absl::UnavailableError("share-manager is stopping");
+    if (SystemClock::now() >= deadline) {
+      return absl::DeadlineExceededError(
+          "the supervisor loop did not complete the request in time");
+    }
   }
   return result.get();
 }

@@ -461,13 +461,15 @@ absl::Status Volume::Prepare() {
               "without any signature)"
             : "; refusing to mount it"));
   }
-  if (auto s = Check(CheckMode::kStartup); !s.ok()) return s;
-  if (stop_.requested()) {
-    return absl::CancelledError(absl::StrCat("stopped before mounting ", config_.device));
-  }
+  // A mount left by a previous run goes before the check: e2fsck refuses a
+  // mounted filesystem.
   if (ReadMountState().mounted) {
     spdlog::warn("{} is already mounted; unmounting it first", config_.target);
     if (auto s = Unmount(milliseconds(10'000)); !s.ok()) return s;
+  }
+  if (auto s = Check(CheckMode::kStartup); !s.ok()) return s;
+  if (stop_.requested()) {
+    return absl::CancelledError(absl::StrCat("stopped before mounting ", config_.device));
   }
   return Mount();
 }

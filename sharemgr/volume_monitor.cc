@@ -208,7 +208,10 @@ void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
     if (state == VolumeState::kFailed) {
       hooks_.give_up(owner_.Snapshot().detail);
     } else {
+      // Not run (released by Unmount meanwhile): the export was withdrawn for
+      // nothing; it comes back as it was.
       spdlog::warn("repair of {} not run: {}", volume_.device, result.message());
+      if (!in_place) hooks_.restore_export(false);
       hooks_.changed();
     }
     return;
@@ -220,7 +223,7 @@ void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
   if (in_place) {
     hooks_.repaired_in_place();
   } else {
-    hooks_.restore_export();
+    hooks_.restore_export(true);
   }
   // Ready() changed. The probe that saw the volume healthy again may have
   // finished before this (our own remount fires a mountinfo event), and then

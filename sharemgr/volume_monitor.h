@@ -34,7 +34,9 @@ struct VolumeHooks {
   // Take the export away from ganesha / give it back (the latter also counts
   // one remount generation). `changed` follows either repair hook.
   std::function<void()> withdraw_export;
-  std::function<void()> restore_export;
+  // `repaired`: false when the repair did not run (the volume was released
+  // meanwhile); the export comes back without counting a generation.
+  std::function<void(bool repaired)> restore_export;
   // A repair that kept the export (remount read-write) counts one generation.
   std::function<void()> repaired_in_place;
   // Repair is impossible (or the repair budget is spent): the daemon fails.

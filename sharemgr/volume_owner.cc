@@ -134,17 +134,20 @@ void VolumeOwner::ThreadMain() {
       result = job.run();
     }
     bool repairs_left = false;
+    if (job.repair) {
+      absl::MutexLock lock(&mu_);
+      repairs_left = --queued_repairs_ > 0;
+    }
+    // A repair that was refused (the volume released meanwhile) leaves no "queued".
+    if (job.repair && !repairs_left) SetRepair(std::nullopt);
+    // The outcome first, then the wake-up: a waiting caller that wakes finds it.
+    if (job.done) job.done(result);
     {
       absl::MutexLock lock(&mu_);
-      if (job.repair) --queued_repairs_;
-      repairs_left = queued_repairs_ > 0;
       running_ = false;
       running_never_abandon_ = false;
       ++finished_jobs_;
     }
-    // A repair that was refused (the volume released meanwhile) leaves no "queued".
-    if (job.repair && !repairs_left) SetRepair(std::nullopt);
-    if (job.done) job.done(result);
   }
   // Last, with ganesha gone: nothing may hold the device after the share-manager.
   if (volume_.ReadMountState().mounted) {
@@ -247,12 +250,20 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
               .run = std::move(run),
               .done = [outcome](absl::Status s) { outcome->set_value(std::move(s)); },
               .start_by = start_by});
-  // Wake at the deadline, when a job ends (ours may be done) or when stopping starts.
+  // Wake at the deadline, when a job ends (ours may be done) or when stopping
+  // starts. `seen` is read before the outcome is looked at: a job's outcome is
+  // set before the count moves, so an outcome missed here moves the count later.
   for (;;) {
+    uint64_t seen = 0;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+      seen = finished_jobs_;
+    }
     if (result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return result.get();
+    if (stopping) return absl::UnavailableError("share-manager is stopping");
     absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::UnavailableError("share-manager is stopping");
-    const uint64_t seen = finished_jobs_;
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || finished_jobs_ != seen;
     };

@@ -72,7 +72,7 @@ int CheckReadOnly(const LoopDevice& loop) {
 
 }  // namespace
 
-TEST_CASE("owner 1. a slow repair is reported as a repair; RPCs are refused, not run beside it") {
+TEST_CASE("owner 1. a slow repair is reported as a repair, RPCs are refused, not run beside it") {
   SlowFsck fsck;
   auto loop = MakeExt4();
   auto d = Start(*loop);
@@ -119,7 +119,7 @@ TEST_CASE("owner 1. a slow repair is reported as a repair; RPCs are refused, not
   CHECK(*data == "kept");
 }
 
-TEST_CASE("owner 2. Unmount during a repair is refused; once it ends, Unmount holds for good") {
+TEST_CASE("owner 2. Unmount during a repair is refused, once it ends Unmount holds for good") {
   SlowFsck fsck;
   auto loop = MakeExt4();
   auto d = Start(*loop);
