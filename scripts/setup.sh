@@ -12,8 +12,8 @@ packages=(
   # s6 and supervisor: peers in the side-by-side benchmark (bench/)
   s6 supervisor
   procps iproute2
-  # the style check (tests/style_check.sh)
-  clang-format shellcheck
+  # the style check (tests/style_check.sh) and clang's thread-safety analysis
+  clang-format shellcheck clang
   # the container image and its tests (tests/container): no Docker daemon needed
   buildah podman debootstrap
 )

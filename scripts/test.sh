@@ -2,7 +2,8 @@
 # Sets up, builds and runs every test: first the normal build (unit tests, then
 # integration tests with real ganesha and a real NFS client, then the container
 # image built and run), then a Release build (build only: -O3 finds warnings
-# the other builds do not), then the unit and integration suite again under
+# the other builds do not), clang's thread-safety analysis (ABSL_GUARDED_BY),
+# then the unit and integration suite again under
 # AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,11 @@ ctest --test-dir build -L container --verbose --output-on-failure
 
 echo "== Release build (-O3, as packagers build; warnings are errors here)"
 BUILD_DIR=build-release BUILD_TYPE=Release bash scripts/build.sh
+
+echo "== thread-safety analysis (clang -Wthread-safety over the binaries' code)"
+cmake -S . -B build-tsa -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
+  -DBUILD_TESTING=OFF -DSHAREMGR_THREAD_SAFETY=ON >/dev/null
+cmake --build build-tsa -j "${JOBS:-2}" --target share-manager share-controller
 
 echo "== AddressSanitizer + UBSan build"
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON
