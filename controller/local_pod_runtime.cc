@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
-#include "base/fmt_absl.h"
 #include "base/files.h"
+#include "base/fmt_absl.h"
 #include "base/loopback_port.h"
 #include "base/proc.h"
 
