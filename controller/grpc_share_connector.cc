@@ -1,6 +1,24 @@
 #include "controller/grpc_share_connector.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace controller {
+
+std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& status) {
+  // An empty volume is "not stated" (every share-manager states it; fakes may
+  // not); another volume is never ours.
+  bool same =
+      (status.volume().empty() || status.volume() == pod.volume) && status.epoch() == pod.epoch;
+  if (same && pod.started_unix_ms != 0) {
+    const int64_t delta = status.started_unix_ms() - pod.started_unix_ms;
+    same = delta >= -2000 && delta <= 60'000;
+  }
+  if (same) return "";
+  return absl::StrCat("unreachable: ", pod.endpoint, " answered by volume '", status.volume(),
+                      "' epoch ", status.epoch(), " started at ", status.started_unix_ms(),
+                      " ms, not pod ", pod.name, " (volume '", pod.volume, "' epoch ", pod.epoch,
+                      " started at ", pod.started_unix_ms, " ms)");
+}
 
 std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& endpoint) {
   std::lock_guard lock(mu_);
@@ -23,12 +41,18 @@ ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
     if (status.status().code() == absl::StatusCode::kUnavailable) Forget(pod.endpoint);
     return {.error = std::string(status.status().message())};
   }
+  if (auto foreign = ForeignAnswer(pod, *status); !foreign.empty()) {
+    Forget(pod.endpoint);
+    return {.error = foreign};
+  }
   ShareObservation seen{.reachable = true,
                         .state = status->state(),
                         .reason = status->reason(),
                         .read_only = status->read_only(),
                         .handled_generation = status->remount_generation(),
                         .epoch = status->epoch(),
+                        .volume = status->volume(),
+                        .started_unix_ms = status->started_unix_ms(),
                         .volume_state = status->volume_state()};
   if (status->has_repair()) {
     seen.repair =
@@ -41,7 +65,15 @@ ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
 absl::StatusOr<uint64_t> GrpcShareConnector::Mount(const Pod& pod, uint64_t epoch,
                                                    uint64_t generation) {
   if (pod.endpoint.empty()) return absl::UnavailableError("pod has no endpoint");
-  return ClientFor(pod.endpoint)->Mount(epoch, generation);
+  // The epoch fences the volume's own share-manager, not a stranger's: ask
+  // who answers first (one more bounded call).
+  auto client = ClientFor(pod.endpoint);
+  auto status = client->GetStatus();
+  if (!status.ok()) return status.status();
+  if (auto foreign = ForeignAnswer(pod, *status); !foreign.empty()) {
+    return absl::UnavailableError(foreign);
+  }
+  return client->Mount(epoch, generation);
 }
 
 }  // namespace controller

@@ -11,6 +11,13 @@
 
 namespace controller {
 
+// Why `status` is not from `pod`'s share-manager (another volume, epoch or
+// instance answers on its endpoint), or "" when it is. The instance check
+// compares the share-manager's own start stamp with the pod's
+// started_unix_ms: within [-2 s, +60 s] (the daemon stamps itself shortly
+// after exec; both stamps were taken on this machine's clock at the time).
+std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& status);
+
 class GrpcShareConnector final : public ShareConnector {
  public:
   explicit GrpcShareConnector(ShareClientOptions options = {}) : options_(options) {}

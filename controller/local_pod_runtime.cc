@@ -1,39 +1,302 @@
 #include "controller/local_pod_runtime.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <future>
+#include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/clock.h"
 #include "base/files.h"
+#include "base/fmt_absl.h"
 #include "base/loopback_port.h"
+#include "base/proc.h"
 
 namespace controller {
 namespace {
 
-// epoll data: the pidfd or output fd number, with the kind in the top bit.
-constexpr uint64_t kOutputBit = 1ull << 63;
+using SteadyClock = std::chrono::steady_clock;
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+bool Exited(int pidfd) {
+  pollfd p{.fd = pidfd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 0) > 0;
+}
+
+// The value of --stop-timeout in `flags` (either spelling), else the daemon's default.
+std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
+  std::optional<std::string> value;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == "--stop-timeout" && i + 1 < flags.size()) value = flags[i + 1];
+    if (flags[i].starts_with("--stop-timeout=")) value = flags[i].substr(15);
+  }
+  if (value) {
+    if (auto d = base::ParseDuration(*value); d.ok()) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+    }
+  }
+  return std::chrono::seconds(10);
+}
+
+bool PortFree(uint16_t port) {
+  base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  return fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+// A pod record: one "key=value" per line.
+std::string FormatRecord(const Pod& pod, pid_t pid, uint64_t start_ticks) {
+  return absl::StrCat("name=", pod.name, "\nvolume=", pod.volume, "\nepoch=", pod.epoch,
+                      "\npid=", pid, "\nstart_ticks=", start_ticks,
+                      "\nstarted_unix_ms=", pod.started_unix_ms, "\nendpoint=", pod.endpoint,
+                      "\nnfs_port=", pod.nfs_port, "\n");
+}
+
+absl::Status ParseRecord(const std::string& text, Pod& pod, pid_t& pid, uint64_t& start_ticks) {
+  std::map<std::string, std::string> kv;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(line, absl::MaxSplits('=', 1));
+    kv[p.first] = p.second;
+  }
+  uint32_t port = 0;
+  pod.name = kv["name"];
+  pod.volume = kv["volume"];
+  pod.endpoint = kv["endpoint"];
+  if (pod.name.empty() || pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &pod.epoch) ||
+      !absl::SimpleAtoi(kv["pid"], &pid) || !absl::SimpleAtoi(kv["start_ticks"], &start_ticks) ||
+      !absl::SimpleAtoi(kv["started_unix_ms"], &pod.started_unix_ms) ||
+      !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
+    return absl::DataLossError("malformed pod record");
+  }
+  pod.nfs_port = static_cast<uint16_t>(port);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
+absl::StatusOr<std::map<std::string, LocalPortTable::Ports>> LocalPortTable::Load() const {
+  std::map<std::string, Ports> out;
+  auto text = base::ReadFile(work_dir_ + "/ports");
+  if (!text.ok()) {
+    if (text.status().code() == absl::StatusCode::kNotFound) return out;
+    return text.status();
+  }
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    uint32_t grpc = 0, nfs = 0;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[1], &grpc) || !absl::SimpleAtoi(f[2], &nfs) ||
+        grpc == 0 || nfs == 0 || grpc > 65535 || nfs > 65535) {
+      return absl::DataLossError(absl::StrCat(work_dir_, "/ports: bad line '", line, "'"));
+    }
+    out[f[0]] = {static_cast<uint16_t>(grpc), static_cast<uint16_t>(nfs)};
+  }
+  return out;
+}
+
+absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& volume) {
+  // Held across read-allocate-write: two runtimes over one work dir (an old
+  // one shutting down, a new one starting) must not both take a port.
+  const std::string lock_path = work_dir_ + "/ports.lock";
+  base::UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock || flock(lock.get(), LOCK_EX) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot lock ", lock_path, ": ", strerror(errno)));
+  }
+  auto table = Load();
+  if (!table.ok()) return table.status();
+  if (auto it = table->find(volume); it != table->end()) return it->second;
+  std::set<uint16_t> used;
+  for (const auto& [name, p] : *table) used.insert({p.grpc, p.nfs});
+  auto pick = [&]() -> uint16_t {
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      // The kernel's pick is free now; it must also belong to no other volume
+      // (whose pod may just be down) and still be free after that check.
+      const uint16_t port = base::FreeLoopbackPort();
+      if (port != 0 && !used.contains(port) && PortFree(port)) {
+        used.insert(port);
+        return port;
+      }
+    }
+    return 0;
+  };
+  Ports ports{.grpc = pick(), .nfs = pick()};
+  if (ports.grpc == 0 || ports.nfs == 0) {
+    return absl::ResourceExhaustedError("no free loopback port for " + volume);
+  }
+  (*table)[volume] = ports;
+  std::string text;
+  for (const auto& [name, p] : *table) absl::StrAppend(&text, name, " ", p.grpc, " ", p.nfs, "\n");
+  if (auto s = base::WriteFileAtomically(work_dir_ + "/ports", text, 0644); !s.ok()) return s;
+  return ports;
+}
+
 LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options)
     : options_(std::move(options)),
+      grace_(options_.termination_grace.count() > 0
+                 ? options_.termination_grace
+                 : StopTimeout(options_.daemon_flags) * 2 + std::chrono::seconds(5)),
+      ports_(options_.work_dir),
       epoll_(epoll_create1(EPOLL_CLOEXEC)),
       wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = static_cast<uint64_t>(wakeup_.get());
+  ev.data.fd = wakeup_.get();
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &ev);
+  Load();
   monitor_ = std::thread([this] { Monitor(); });
 }
 
 LocalPodRuntime::~LocalPodRuntime() { Shutdown(); }
+
+void LocalPodRuntime::Load() {
+  if (auto table = ports_.Load(); table.ok()) {
+    for (const auto& [volume, p] : *table) nfs_ports_[volume] = p.nfs;
+  } else {
+    spdlog::warn("{}", table.status().message());
+  }
+  std::error_code ec;
+  for (const auto& volume_dir : std::filesystem::directory_iterator(options_.work_dir, ec)) {
+    const auto pods_dir = volume_dir.path() / "pods";
+    if (!std::filesystem::is_directory(pods_dir, ec)) continue;
+    const std::string volume = volume_dir.path().filename();
+    for (const auto& entry : std::filesystem::directory_iterator(pods_dir, ec)) {
+      if (entry.path().extension() != ".pod") continue;
+      LocalPod local;
+      auto text = base::ReadFile(entry.path());
+      absl::Status parsed =
+          text.ok() ? ParseRecord(*text, local.pod, local.pid, local.start_ticks) : text.status();
+      if (parsed.ok() && local.pod.volume != volume) {
+        parsed = absl::DataLossError("record of another volume");
+      }
+      if (!parsed.ok()) {
+        bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", parsed.message());
+        continue;
+      }
+      local.record_path = entry.path();
+      local.state_dir = volume_dir.path() / "state";
+      // The pid is the pod's only if it still started when the record says:
+      // after a reboot or a pid reuse it is someone else, never signalled.
+      if (base::ProcessAlive(local.pid, local.start_ticks)) {
+        AddProc(local, local.pid, local.start_ticks);
+        local.share_manager_alive = !local.procs.empty();
+      }
+      local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
+      local.pod.exit_code = local.share_manager_alive ? 0 : -1;
+      Refresh(local);
+      spdlog::info("pod {}: {} (pid {})", local.pod.name,
+                   local.share_manager_alive ? "adopted" : "found gone", local.pid);
+      pods_[local.pod.name] = std::move(local);
+    }
+  }
+}
+
+void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) {
+  for (const auto& p : local.procs) {
+    if (p.pid == pid) return;
+  }
+  base::UniqueFd pidfd(PidfdOpen(pid));
+  // Opened after the start-time check: confirm it still names that process.
+  if (!pidfd || !base::ProcessAlive(pid, start_ticks)) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = pidfd.get();
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev);
+  local.procs.push_back({pid, start_ticks, std::move(pidfd)});
+}
+
+bool LocalPodRuntime::Refresh(LocalPod& local) {
+  const PodPhase phase = local.pod.phase;
+  const bool terminating = local.pod.terminating;
+  std::erase_if(local.procs, [&](const Proc& p) {
+    if (!Exited(p.pidfd.get())) return false;
+    if (p.pid == local.pid) local.share_manager_alive = false;
+    return true;  // closing the pidfd also drops it from epoll
+  });
+  if (local.child && !local.share_manager_alive) {
+    auto exit = local.child->Reap();
+    local.pod.exit_code = exit.ok() ? exit->ShellCode() : -1;
+    local.child.reset();
+  }
+  if (local.share_manager_alive) {
+    // Its children (ganesha, a filesystem check) live in their own groups and
+    // outlive it briefly at least: remember them while they can be found.
+    std::vector<pid_t> parents = {local.pid};
+    for (const auto& p : local.procs) {
+      if (p.pid != local.pid) parents.push_back(p.pid);
+    }
+    for (pid_t parent : parents) {
+      for (pid_t c : base::ProcessChildren(parent)) {
+        if (auto st = base::ReadProcStat(c); st && st->start_ticks >= local.start_ticks) {
+          AddProc(local, c, st->start_ticks);
+        }
+      }
+    }
+  } else if (!local.state_dir.empty()) {
+    // The share-manager is gone (perhaps before we ever saw its children, or
+    // before this runtime started): its ganesha may remain, named by the
+    // state dir's pid file, and only if it started after the share-manager.
+    if (auto text = base::ReadFile(local.state_dir + "/ganesha.pid"); text.ok()) {
+      pid_t g = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &g)) {
+        if (auto st = base::ReadProcStat(g); st && st->start_ticks >= local.start_ticks &&
+                                             st->comm.find("ganesha") != std::string::npos) {
+          AddProc(local, g, st->start_ticks);
+        }
+      }
+    }
+    local.state_dir.clear();  // looked once: a later ganesha.pid belongs to another pod
+  }
+  if (!local.share_manager_alive) {
+    local.pod.phase =
+        local.pod.exit_code == 0 && local.procs.empty() ? PodPhase::kSucceeded : PodPhase::kFailed;
+    // Still-running orphans make it Failed whatever the exit code said.
+  }
+  if (local.deleting) {
+    if (!local.share_manager_alive && !local.orphans_termed) {
+      // Nothing will stop the orphans in order any more.
+      local.orphans_termed = true;
+      SignalAll(local, SIGTERM);
+    }
+    if (!local.killed && SteadyClock::now() - local.term_started >= grace_) {
+      local.killed = true;
+      SignalAll(local, SIGKILL);
+    }
+  }
+  local.pod.terminating = local.deleting && !local.procs.empty();
+  return phase != local.pod.phase || terminating != local.pod.terminating;
+}
+
+void LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
+  for (const auto& p : local.procs) {
+    if (Exited(p.pidfd.get())) continue;
+    // The pidfd cannot hit a reused pid. The group: only while its leader
+    // lives, whose pid (and so the group id) cannot be reused meanwhile.
+    syscall(SYS_pidfd_send_signal, p.pidfd.get(), sig, nullptr, 0);
+    if (getpgid(p.pid) == p.pid) kill(-p.pid, sig);
+    if (sig == SIGTERM) {
+      syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGCONT, nullptr, 0);  // frozen: see it
+      if (getpgid(p.pid) == p.pid) kill(-p.pid, SIGCONT);
+    }
+  }
+}
 
 void LocalPodRuntime::Shutdown() {
   if (!monitor_.joinable()) return;
@@ -42,36 +305,68 @@ void LocalPodRuntime::Shutdown() {
     std::unique_lock lock(mu_);
     closing_ = true;
     // A Create under way would add its pod after we listed them.
-    creates_cv_.wait(lock, [this] { return creating_ == 0; });
-    for (const auto& [name, pod] : pods_) names.push_back(name);
+    changed_cv_.wait(lock, [this] { return creating_ == 0; });
+    if (options_.stop_pods_on_exit || options_.ephemeral) {
+      for (const auto& [name, pod] : pods_) names.push_back(name);
+    }
   }
   for (const auto& name : names) (void)Delete(name);
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    const bool gone = changed_cv_.wait_for(lock, grace_ + std::chrono::seconds(15), [&] {
+      for (const auto& name : names) {
+        if (pods_.contains(name)) return false;
+      }
+      return true;
+    });
+    if (!gone)
+      spdlog::error("some pods did not die within {} ms",
+                    (grace_ + std::chrono::seconds(15)).count());
     stop_ = true;
   }
+  Wake();
+  monitor_.join();
+}
+
+void LocalPodRuntime::Wake() {
   const uint64_t one = 1;
   [[maybe_unused]] auto n = write(wakeup_.get(), &one, sizeof(one));
-  monitor_.join();
 }
 
 absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                             uint64_t epoch) {
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
-  if (auto s = base::EnsureDirectory(volume_dir, 0755); !s.ok()) return s;
   Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
-  const uint16_t grpc_port = base::FreeLoopbackPort();
-  pod.endpoint = absl::StrCat("127.0.0.1:", grpc_port);
   {
     std::lock_guard lock(mu_);
     if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
-    auto& port = nfs_ports_[spec.volume()];
-    if (port == 0) port = base::FreeLoopbackPort();
-    pod.nfs_port = port;
     ++creating_;
   }
-  std::vector<std::string> argv = {options_.share_manager_binary,
+  auto done = [&] {
+    std::lock_guard lock(mu_);
+    if (--creating_ == 0) changed_cv_.notify_all();
+  };
+  if (auto s = base::EnsureDirectory(volume_dir + "/pods", 0755); !s.ok()) {
+    done();
+    return s;
+  }
+  auto ports = ports_.Get(spec.volume());
+  if (!ports.ok()) {
+    done();
+    return ports.status();
+  }
+  pod.endpoint = absl::StrCat("127.0.0.1:", ports->grpc);
+  pod.nfs_port = ports->nfs;
+  // The pod writes its log itself (appending), not through us: no disk write
+  // happens under our lock, and the pod keeps logging after we are gone.
+  const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
+  std::vector<std::string> argv = {"/bin/sh",
+                                   "-c",
+                                   "log=$1; shift; exec \"$@\" >>\"$log\" 2>&1",
+                                   "sh",
+                                   log,
+                                   options_.share_manager_binary,
                                    "daemon",
                                    "--volume",
                                    spec.volume(),
@@ -89,131 +384,176 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
                                    pod.endpoint};
   argv.insert(argv.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
   argv.insert(argv.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
-  const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
-  const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (options_.share_manager_binary.find('/') != std::string::npos &&
+      access(options_.share_manager_binary.c_str(), X_OK) != 0) {
+    done();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot execute ", options_.share_manager_binary, ": ", strerror(errno)));
+  }
   auto process = SpawnOnMonitor(argv);
+  if (!process.ok()) {
+    done();
+    return process.status();
+  }
+  LocalPod local;
+  local.pid = process->pid();
+  // Our unreaped child: its stat (even as a zombie) is there.
+  auto stat = base::ReadProcStat(local.pid);
+  local.start_ticks = stat ? stat->start_ticks : 0;
+  pod.started_unix_ms = base::StartTicksToUnixMs(local.start_ticks);
+  local.record_path = absl::StrCat(volume_dir, "/pods/", pod.name, ".pod");
+  local.state_dir = volume_dir + "/state";
+  // Recorded before Create returns: a controller that restarts from here on
+  // finds the pod instead of reading its absence as "gone".
+  if (auto s = base::WriteFileAtomically(local.record_path,
+                                         FormatRecord(pod, local.pid, local.start_ticks), 0644);
+      !s.ok()) {
+    process->SignalGroup(SIGKILL);
+    pollfd p{.fd = process->pidfd(), .events = POLLIN, .revents = 0};
+    poll(&p, 1, 10'000);
+    (void)process->Reap();
+    done();
+    return s;
+  }
+  pod.phase = PodPhase::kRunning;
+  local.pod = pod;
+  local.child = *std::move(process);
   {
     std::lock_guard lock(mu_);
-    if (--creating_ == 0) creates_cv_.notify_all();
-    if (!process.ok()) {
-      if (log_fd >= 0) close(log_fd);
-      return process.status();
-    }
-    pod.phase = PodPhase::kRunning;
-    auto& local = pods_[pod.name];
-    local.pod = pod;
-    local.log_fd = log_fd;
-    local.process = std::move(*process);
-    for (auto [fd, bit] : {std::pair{local.process->pidfd(), uint64_t{0}},
-                           std::pair{local.process->output_fd(), kOutputBit}}) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = static_cast<uint64_t>(fd) | bit;
-      epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-    }
+    // Our unreaped child: its pidfd opens even if it has exited already (the
+    // monitor then reaps it).
+    base::UniqueFd pidfd(PidfdOpen(local.pid));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = pidfd.get();
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev);
+    local.procs.push_back({local.pid, local.start_ticks, std::move(pidfd)});
+    local.share_manager_alive = true;
+    nfs_ports_[pod.volume] = pod.nfs_port;
+    pods_[pod.name] = std::move(local);
+    if (--creating_ == 0) changed_cv_.notify_all();
   }
+  Wake();
   listeners_.Notify(pod.volume);
   return pod;
 }
 
 absl::StatusOr<supervisor::ChildProcess> LocalPodRuntime::SpawnOnMonitor(
     const std::vector<std::string>& argv) {
+  // On the monitor thread: a PR_SET_PDEATHSIG follows the thread that forked,
+  // and ephemeral pods must live as long as the runtime, not as long as
+  // whichever controller worker created them.
+  const int death_signal = options_.ephemeral ? SIGKILL : 0;
   auto task = std::make_shared<std::packaged_task<absl::StatusOr<supervisor::ChildProcess>()>>(
-      [argv] { return supervisor::ChildProcess::Spawn(argv); });
+      [argv, death_signal] { return supervisor::ChildProcess::Spawn(argv, death_signal); });
   auto result = task->get_future();
   {
     std::lock_guard lock(mu_);
     tasks_.push_back([task] { (*task)(); });
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] auto n = write(wakeup_.get(), &one, sizeof(one));
+  Wake();
   return result.get();
 }
 
 void LocalPodRuntime::Monitor() {
   epoll_event events[16];
-  char buf[8192];
   for (;;) {
-    const int n = epoll_wait(epoll_.get(), events, 16, -1);
+    // Exits wake us through the pidfds; the timeout finds new children (a
+    // ganesha restarted in place) and ends termination graces.
+    const int n = epoll_wait(epoll_.get(), events, 16, 100);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wakeup_.get()) {
+        uint64_t count;
+        [[maybe_unused]] auto r = read(wakeup_.get(), &count, sizeof(count));
+      }
+    }
     std::vector<std::function<void()>> tasks;
     {
       std::lock_guard lock(mu_);
       tasks.swap(tasks_);
     }
     for (auto& task : tasks) task();
-    std::vector<std::string> exited;
+    std::vector<std::string> changed, records;
     {
       std::lock_guard lock(mu_);
       if (stop_) return;
-      for (int i = 0; i < n; ++i) {
-        const uint64_t data = events[i].data.u64;
-        const int fd = static_cast<int>(data & ~kOutputBit);
-        if (fd == wakeup_.get()) {
-          uint64_t count;
-          [[maybe_unused]] auto r = read(wakeup_.get(), &count, sizeof(count));
-          continue;
-        }
-        for (auto& [name, local] : pods_) {
-          if (!local.process) continue;
-          if ((data & kOutputBit) && local.process->output_fd() == fd) {
-            ssize_t got;
-            while ((got = read(fd, buf, sizeof(buf))) > 0) {
-              if (local.log_fd >= 0) {
-                [[maybe_unused]] auto w = write(local.log_fd, buf, static_cast<size_t>(got));
-              }
-            }
-            if (got == 0) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-          } else if (!(data & kOutputBit) && local.process->pidfd() == fd) {
-            epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-            auto exit = local.process->Reap();
-            local.pod.exit_code = exit.ok() ? exit->ShellCode() : -1;
-            local.pod.phase = local.pod.exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
-            exited.push_back(local.pod.volume);
-          }
+      for (auto it = pods_.begin(); it != pods_.end();) {
+        LocalPod& local = it->second;
+        if (Refresh(local)) changed.push_back(local.pod.volume);
+        if (local.deleting && local.procs.empty()) {
+          changed.push_back(local.pod.volume);
+          records.push_back(local.record_path);
+          it = pods_.erase(it);
+          changed_cv_.notify_all();
+        } else {
+          ++it;
         }
       }
     }
-    if (!exited.empty()) exit_cv_.notify_all();
-    for (const auto& volume : exited) listeners_.Notify(volume);
+    // The record goes only once every process is gone: until then a restart
+    // must still find the pod.
+    for (const auto& path : records) unlink(path.c_str());
+    for (const auto& volume : changed) listeners_.Notify(volume);
   }
 }
 
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
-  std::unique_lock lock(mu_);
-  auto it = pods_.find(name);
-  if (it == pods_.end()) return absl::OkStatus();
-  const std::string volume = it->second.pod.volume;
-  auto dead = [&] {
-    auto found = pods_.find(name);
-    return found == pods_.end() || found->second.pod.phase == PodPhase::kSucceeded ||
-           found->second.pod.phase == PodPhase::kFailed;
-  };
-  if (!dead()) {
-    it->second.process->SignalGroup(SIGTERM);
-    it->second.process->SignalGroup(SIGCONT);  // a frozen pod must see its SIGTERM
-    if (!exit_cv_.wait_for(lock, options_.termination_grace, dead)) {
-      pods_.at(name).process->SignalGroup(SIGKILL);
-      if (!exit_cv_.wait_for(lock, std::chrono::seconds(10), dead)) {
-        return absl::DeadlineExceededError(absl::StrCat("pod ", name, " did not die"));
+  std::string volume, record;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end()) return absl::OkStatus();
+    LocalPod& local = it->second;
+    Refresh(local);
+    volume = local.pod.volume;
+    if (local.procs.empty()) {
+      record = local.record_path;
+      pods_.erase(it);
+      changed_cv_.notify_all();
+    } else if (local.deleting) {
+      return absl::UnavailableError(absl::StrCat(
+          "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
+                                                                local.term_started)
+              .count(),
+          " ms"));
+    } else {
+      local.deleting = true;
+      local.term_started = SteadyClock::now();
+      local.pod.terminating = true;
+      // The share-manager stops its ganesha in order; its orphans, and
+      // everything after the grace, are signalled by the monitor.
+      if (local.share_manager_alive) {
+        for (const auto& p : local.procs) {
+          if (p.pid != local.pid) continue;
+          syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGTERM, nullptr, 0);
+          kill(-p.pid, SIGTERM);
+          kill(-p.pid, SIGCONT);  // a frozen pod must see its SIGTERM
+        }
       }
     }
   }
-  it = pods_.find(name);
-  if (it != pods_.end()) {
-    if (it->second.log_fd >= 0) close(it->second.log_fd);
-    pods_.erase(it);
-  }
-  lock.unlock();
+  if (!record.empty()) unlink(record.c_str());
+  Wake();
   listeners_.Notify(volume);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume) {
-  std::lock_guard lock(mu_);
   std::vector<Pod> out;
-  for (const auto& [name, local] : pods_) {
-    if (local.pod.volume == volume) out.push_back(local.pod);
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto bad = bad_records_.find(volume); bad != bad_records_.end()) {
+      return absl::DataLossError(absl::StrCat("unreadable pod record ", bad->second));
+    }
+    for (auto& [name, local] : pods_) {
+      if (local.pod.volume != volume) continue;
+      changed |= Refresh(local);  // /proc only: never the disk
+      out.push_back(local.pod);
+    }
   }
+  if (changed) listeners_.Notify(volume);
   return out;
 }
 
@@ -228,7 +568,7 @@ uint16_t LocalPodRuntime::NfsPort(const std::string& volume) const {
 pid_t LocalPodRuntime::Pid(const std::string& pod) const {
   std::lock_guard lock(mu_);
   auto it = pods_.find(pod);
-  return it == pods_.end() || !it->second.process ? -1 : it->second.process->pid();
+  return it == pods_.end() ? -1 : it->second.pid;
 }
 
 }  // namespace controller

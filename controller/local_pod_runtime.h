@@ -1,10 +1,18 @@
 // A PodRuntime that runs each "pod" as a real `share-manager daemon` process
 // on this machine: its own gRPC port and log; per volume one export
 // directory, one state directory (NFS recovery records survive the pod, as on
-// a persistent volume) and one NFS port (stable, like a Kubernetes Service).
-// Exits are seen at once through pidfds and announced to watchers.
+// a persistent volume) and stable ports (like a Kubernetes Service).
+//
+// Pods are observed, not remembered: each pod is recorded under
+// <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid and /proc start
+// time) before Create returns, and a runtime started over the same work dir
+// adopts the live ones. A pid is trusted only with its start time, so a reused
+// pid is never taken for the pod. A pod is gone only when its whole process
+// tree is (the share-manager and the children it started in their own groups,
+// ganesha), seen through pidfds and /proc.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -28,8 +36,36 @@ struct LocalPodRuntimeOptions {
   std::string work_dir;
   // Flags for every pod, before the spec's own.
   std::vector<std::string> daemon_flags;
-  // SIGTERM, then SIGKILL after this long, as a kubelet would.
-  std::chrono::milliseconds termination_grace{3000};
+  // SIGTERM, then SIGKILL to whatever remains after this long. 0: twice the
+  // daemons' --stop-timeout (from daemon_flags, default 10 s) plus 5 s, so a
+  // share-manager always gets to stop its ganesha itself first.
+  std::chrono::milliseconds termination_grace{0};
+  // Pods get SIGKILL when the runtime's process dies (PR_SET_PDEATHSIG). For
+  // tests; otherwise pods outlive a controller crash and are adopted.
+  bool ephemeral = false;
+  // Shutdown() deletes every pod and waits until they are gone. When false,
+  // pods keep running (ephemeral ones excepted) for the next runtime to adopt.
+  bool stop_pods_on_exit = true;
+};
+
+// Per-volume ports persisted in <work_dir>/ports (flocked while read and
+// written): a volume keeps its NFS and gRPC ports across pods and controller
+// restarts, and no port is ever handed to two volumes or to both roles.
+class LocalPortTable {
+ public:
+  struct Ports {
+    uint16_t grpc = 0;
+    uint16_t nfs = 0;
+  };
+  explicit LocalPortTable(std::string work_dir) : work_dir_(std::move(work_dir)) {}
+  // The volume's ports, allocated (free on 127.0.0.1 now, unused by any other
+  // volume) and persisted the first time.
+  absl::StatusOr<Ports> Get(const std::string& volume);
+  // Every volume's ports as persisted.
+  absl::StatusOr<std::map<std::string, Ports>> Load() const;
+
+ private:
+  std::string work_dir_;
 };
 
 class LocalPodRuntime final : public PodRuntime {
@@ -38,9 +74,9 @@ class LocalPodRuntime final : public PodRuntime {
   // Shutdown(), if not done yet.
   ~LocalPodRuntime() override;
 
-  // Deletes every pod (watchers hear of each) and stops the monitor; Create
-  // fails from then on. Call it while the watchers are still alive: the
-  // deletions notify them.
+  // With stop_pods_on_exit (or ephemeral): deletes every pod and waits until
+  // their processes are gone (watchers hear of each). Then stops the monitor;
+  // Create fails from then on. Call it while the watchers are still alive.
   void Shutdown();
 
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
@@ -49,38 +85,59 @@ class LocalPodRuntime final : public PodRuntime {
   absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override;
   void Watch(Listener listener) override;
 
-  // The NFS port clients of the volume use (stable across pods); 0 before any pod.
+  // The NFS port clients of the volume use (stable across pods and restarts);
+  // 0 before any pod.
   uint16_t NfsPort(const std::string& volume) const;
   // The pid of a pod's share-manager, for tests that freeze or kill it.
   pid_t Pid(const std::string& pod) const;
+  std::chrono::milliseconds termination_grace() const { return grace_; }
 
  private:
+  struct Proc {
+    pid_t pid = 0;
+    uint64_t start_ticks = 0;
+    base::UniqueFd pidfd;  // readable once it exited
+  };
   struct LocalPod {
     Pod pod;
-    std::optional<supervisor::ChildProcess> process;
-    int log_fd = -1;
+    pid_t pid = 0;  // the share-manager
+    uint64_t start_ticks = 0;
+    std::string record_path;
+    std::string state_dir;
+    // Set when this runtime spawned it (reaped here, exit code known).
+    std::optional<supervisor::ChildProcess> child;
+    bool share_manager_alive = false;
+    // Every live process of the pod's tree, the share-manager included.
+    std::vector<Proc> procs;
+    bool deleting = false;
+    std::chrono::steady_clock::time_point term_started;
+    bool orphans_termed = false;
+    bool killed = false;
   };
+  void Load();
   void Monitor();
-  // Runs `spawn` on the monitor thread: a child's PR_SET_PDEATHSIG follows the
-  // thread that forked it, and pods must live as long as the runtime, not as
-  // long as whichever controller worker created them.
+  // Refreshes one pod from /proc and its pidfds; true when its listing changed.
+  bool Refresh(LocalPod& local);
+  void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks);
+  void SignalAll(LocalPod& local, int sig);
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv);
-  void OnExit(const std::string& name);
+  void Wake();
 
   LocalPodRuntimeOptions options_;
+  std::chrono::milliseconds grace_;
+  LocalPortTable ports_;
   mutable std::mutex mu_;
-  // Signalled (under mu_) when the monitor reaps a pod; Delete waits on it.
-  std::condition_variable exit_cv_;
+  std::condition_variable changed_cv_;  // a pod left pods_, or creating_ fell
   std::map<std::string, LocalPod> pods_;
   std::map<std::string, uint16_t> nfs_ports_;
+  // Volumes with a pod record that cannot be read: List fails for them rather
+  // than report "no pods" (which would start a second server).
+  std::map<std::string, std::string> bad_records_;
   Listeners listeners_;
   base::UniqueFd epoll_;
   base::UniqueFd wakeup_;
-  // Set by Shutdown: no new Create starts; `creating_` counts those under way
-  // (spawned but not yet in pods_), which Shutdown waits for before deleting.
   bool closing_ = false;
   int creating_ = 0;
-  std::condition_variable creates_cv_;
   bool stop_ = false;
   std::vector<std::function<void()>> tasks_;
   std::thread monitor_;

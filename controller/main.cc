@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   int workers = 4;
   std::string grace = "2s", rpc_timeout = "1s", resync = "1s", remount_delay = "5s";
   std::string repair_budget = "30m";
+  bool stop_pods_on_exit = true, ephemeral_pods = false;
+  std::string termination_grace = "0s";
   app.add_option("--share", shares, "Serve this volume (repeatable)");
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
@@ -92,6 +94,16 @@ int main(int argc, char** argv) {
   app.add_option("--repair-budget", repair_budget,
                  "A share-manager that answers and reports a repair running no longer than this "
                  "is not replaced")
+      ->capture_default_str();
+  app.add_option("--stop-pods-on-exit", stop_pods_on_exit,
+                 "Delete every pod (and wait until they are gone) when stopping; false: pods keep "
+                 "running and the next share-controller on this work dir adopts them")
+      ->capture_default_str();
+  app.add_flag("--ephemeral-pods", ephemeral_pods,
+               "Pods get SIGKILL when share-controller dies however it dies (PR_SET_PDEATHSIG)");
+  app.add_option("--termination-grace", termination_grace,
+                 "SIGTERM to SIGKILL delay when deleting a pod (0s: twice the daemons' "
+                 "--stop-timeout plus 5s)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -183,8 +195,13 @@ int main(int argc, char** argv) {
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
-  controller::LocalPodRuntime runtime(
-      {.share_manager_binary = binary, .work_dir = work_dir, .daemon_flags = daemon_flags});
+  controller::LocalPodRuntime runtime({.share_manager_binary = binary,
+                                       .work_dir = work_dir,
+                                       .daemon_flags = daemon_flags,
+                                       .termination_grace = std::chrono::milliseconds(
+                                           ParseMs("--termination-grace", termination_grace)),
+                                       .ephemeral = ephemeral_pods,
+                                       .stop_pods_on_exit = stop_pods_on_exit});
 
   // Print phase changes as they are recorded.
   store->Watch([&](const std::string& name) {
@@ -209,7 +226,8 @@ int main(int argc, char** argv) {
                work_dir);
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  spdlog::info("received signal {}; stopping (pods are deleted)", sig);
+  spdlog::info("received signal {}; stopping ({})", sig,
+               stop_pods_on_exit || ephemeral_pods ? "pods are deleted" : "pods keep running");
   // In this order, nothing hears from an object already gone: the workers stop
   // (no more store writes or pod creates), then the runtime deletes its pods
   // and stops its monitor (its last notifications reach a stopped queue).

@@ -27,6 +27,12 @@ struct Pod {
   // NFS port the pod serves on.
   uint16_t nfs_port = 0;
   int exit_code = 0;  // for Succeeded/Failed
+  // Delete has started and some of the pod's processes are still alive; the
+  // pod stays listed until every one of them is gone.
+  bool terminating = false;
+  // When the pod's share-manager started (wall clock, Unix ms; 0 unknown): who
+  // answers on `endpoint` must be this instance, not a successor or stranger.
+  int64_t started_unix_ms = 0;
 };
 
 // The pod name for (volume, epoch): one pod per epoch, so names never repeat.
@@ -40,7 +46,10 @@ class PodRuntime {
   // Starts a share-manager pod for the spec's volume with this epoch.
   virtual absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
                                      uint64_t epoch) = 0;
-  // Deletes (kills) the pod. Deleting a pod that is already gone succeeds.
+  // Deletes (kills) the pod without waiting for it: OK when it is gone or its
+  // termination has just been started (List shows it `terminating` until all
+  // its processes are gone, and watchers hear when it leaves the list);
+  // Unavailable while a termination started earlier is still under way.
   virtual absl::Status Delete(const std::string& pod) = 0;
   // Every pod of the volume, whatever its phase, until deleted.
   virtual absl::StatusOr<std::vector<Pod>> List(const std::string& volume) = 0;

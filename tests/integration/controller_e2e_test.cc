@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/files.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
@@ -273,6 +275,87 @@ TEST_CASE("6. a repair longer than the unhealthy grace: the pod is kept, same ep
       milliseconds(10'000));
   REQUIRE_MESSAGE(data.ok(), data.status().ToString());
   CHECK(*data == "kept");
+}
+
+TEST_CASE("a controller restart over the same work dir adopts the running pod, same epoch") {
+  testing_support::TempDir dir("sharemgr-e2e-adopt");
+  const std::vector<std::string> flags = {"--grace-period", "2",    "--lease-lifetime", "2",
+                                          "--stop-timeout", "2s",   "--probe-interval", "200ms",
+                                          "--log-level",    "debug"};
+  auto options = [&](bool stop_pods_on_exit) {
+    return LocalPodRuntimeOptions{.share_manager_binary = testing_support::ShareManagerBinary(),
+                                  .work_dir = dir.path(),
+                                  .daemon_flags = flags,
+                                  .stop_pods_on_exit = stop_pods_on_exit};
+  };
+  MemoryStore store;
+  ShareRecord record;
+  record.set_name(kVolume);
+  record.mutable_spec()->set_volume(kVolume);
+  record.mutable_spec()->set_serve(true);
+  REQUIRE(store.Create(record).ok());
+  GrpcShareConnector connector{{.deadline = milliseconds(500)}};
+  SystemWallClock clock;
+  ControllerOptions controller_options;
+  controller_options.workers = 2;
+  controller_options.reconciler.resync_ms = 200;
+  controller_options.reconciler.unhealthy_grace_ms = 1000;
+  auto running = [&] {
+    auto st = store.Get(kVolume);
+    return st.ok() && st->status().phase() == pb::RUNNING;
+  };
+  // Whatever happens, nothing of the pod outlives the test (killed by pid).
+  pid_t pid = -1;
+  struct Cleanup {
+    const pid_t& pid;
+    std::string state_dir;
+    ~Cleanup() {
+      if (pid <= 0) return;
+      kill(-pid, SIGKILL);
+      if (auto g = base::ReadFile(state_dir + "/ganesha.pid");
+          g.ok() && std::atoi(g->c_str()) > 0) {
+        kill(-std::atoi(g->c_str()), SIGKILL);
+      }
+      waitpid(pid, nullptr, 0);  // still this process's child, though adopted
+    }
+  } cleanup{pid, dir.path() + "/" + kVolume + "/state"};
+
+  std::string pod;
+  uint16_t port = 0;
+  {
+    LocalPodRuntime runtime(options(/*stop_pods_on_exit=*/false));
+    Controller first(store, runtime, connector, clock, controller_options);
+    REQUIRE(first.Start().ok());
+    REQUIRE_MESSAGE(WaitFor(running, milliseconds(30'000)), store.Get(kVolume)->ShortDebugString());
+    pod = store.Get(kVolume)->status().pod();
+    pid = runtime.Pid(pod);
+    port = runtime.NfsPort(kVolume);
+    first.Stop();
+    runtime.Shutdown();  // the pod keeps running
+  }
+  REQUIRE(pid > 0);
+  REQUIRE(kill(pid, 0) == 0);
+  const auto before = store.Get(kVolume)->status();
+
+  LocalPodRuntime runtime(options(/*stop_pods_on_exit=*/true));
+  CHECK(runtime.Pid(pod) == pid);
+  CHECK(runtime.NfsPort(kVolume) == port);
+  Controller second(store, runtime, connector, clock, controller_options);
+  REQUIRE(second.Start().ok());
+  std::this_thread::sleep_for(milliseconds(3000));  // many resyncs and a whole unhealthy grace
+  const auto after = store.Get(kVolume)->status();
+  CHECK_MESSAGE(after.phase() == pb::RUNNING, after.ShortDebugString());
+  CHECK(after.epoch() == before.epoch());
+  CHECK(after.pod() == pod);
+  CHECK(after.replacements() == before.replacements());
+  CHECK(runtime.Pid(pod) == pid);
+  CHECK(testing_support::WriteOnce("127.0.0.1", port, std::string("/") + kVolume, "/after-restart",
+                                   "data", milliseconds(3000))
+            .ok());
+  second.Stop();
+  runtime.Shutdown();  // deletes the adopted pod and waits for its processes
+  CHECK(waitpid(pid, nullptr, WNOHANG) == pid);
+  pid = -1;
 }
 
 TEST_CASE("a stale epoch is refused by a real share-manager") {

@@ -1,0 +1,76 @@
+#include "base/proc.h"
+
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace base {
+
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  // comm may hold spaces and parentheses: it ends at the last ')'.
+  const auto open = line.find('(');
+  const auto close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 > line.size()) {
+    return std::nullopt;
+  }
+  ProcStat out;
+  out.comm = line.substr(open + 1, close - open - 1);
+  std::vector<std::string> fields = absl::StrSplit(line.substr(close + 2), ' ');
+  // fields[0] is field 3 (state); field 22 (starttime) is fields[19].
+  if (fields.size() < 20 || fields[0].empty()) return std::nullopt;
+  out.state = fields[0][0];
+  if (!absl::SimpleAtoi(fields[1], &out.ppid) || !absl::SimpleAtoi(fields[2], &out.pgrp) ||
+      !absl::SimpleAtoi(fields[19], &out.start_ticks)) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+bool ProcessAlive(pid_t pid, uint64_t start_ticks) {
+  if (pid <= 0) return false;
+  auto stat = ReadProcStat(pid);
+  return stat && stat->start_ticks == start_ticks && stat->state != 'Z' && stat->state != 'X';
+}
+
+std::vector<pid_t> ProcessChildren(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return out;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat(tasks, "/", entry->d_name, "/children"));
+    pid_t child;
+    while (in >> child) out.push_back(child);
+  }
+  closedir(dir);
+  return out;
+}
+
+int64_t StartTicksToUnixMs(uint64_t start_ticks) {
+  // /proc counts the start on the boot-time clock; convert through "now" on
+  // both clocks rather than /proc/stat's btime, which has 1 s resolution.
+  timespec boot{};
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  const int64_t boot_ms = static_cast<int64_t>(boot.tv_sec) * 1000 + boot.tv_nsec / 1'000'000;
+  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  const int64_t hz = sysconf(_SC_CLK_TCK);
+  const int64_t start_ms = static_cast<int64_t>(start_ticks) * 1000 / (hz > 0 ? hz : 100);
+  return wall_ms - (boot_ms - start_ms);
+}
+
+}  // namespace base

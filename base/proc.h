@@ -1,0 +1,39 @@
+// Facts about other processes read from /proc: enough to tell a live process
+// from a reused pid (its start time) and to find its children.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace base {
+
+struct ProcStat {
+  char state = '?';  // R, S, D, Z, ...
+  pid_t ppid = 0;
+  pid_t pgrp = 0;
+  // Clock ticks since boot when the process started (field 22 of
+  // /proc/<pid>/stat). (pid, start) names one process for the machine's uptime:
+  // a reused pid gets a later start.
+  uint64_t start_ticks = 0;
+  std::string comm;
+};
+
+// nullopt when the process does not exist (or its stat cannot be parsed).
+std::optional<ProcStat> ReadProcStat(pid_t pid);
+
+// True while `pid` is the process that started at `start_ticks` and has not
+// exited (a zombie counts as exited).
+bool ProcessAlive(pid_t pid, uint64_t start_ticks);
+
+// The pid's direct children, from /proc/<pid>/task/*/children.
+std::vector<pid_t> ProcessChildren(pid_t pid);
+
+// A process start (ticks since boot) as wall-clock Unix milliseconds, using the
+// clocks as they are now.
+int64_t StartTicksToUnixMs(uint64_t start_ticks);
+
+}  // namespace base
