@@ -174,7 +174,7 @@ grpc_port=$(free_port)
 nfs_port=$(free_port)
 serve "$work/block.log" --device "$loop_dev"
 check "the image's e2fsck checked the device before the mount" \
-  grep -q "checking $loop_dev: e2fsck" "$work/block.log"
+  grep -q "running e2fsck -p $loop_dev" "$work/block.log"
 url="nfs://127.0.0.1/$volume/on-device.bin?version=4&nfsport=$nfs_port"
 check "NFS write from the host ($url)" nfs_write
 stop_cleanly
