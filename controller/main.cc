@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   int workers = 4;
   std::string grace = "2s", rpc_timeout = "1s", resync = "1s", remount_delay = "5s";
   std::string repair_budget = "30m";
+  std::string readonly_budget = "2m";
+  unsigned max_remounts = 3;
   app.add_option("--share", shares, "Serve this volume (repeatable)");
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
@@ -92,6 +94,12 @@ int main(int argc, char** argv) {
   app.add_option("--repair-budget", repair_budget,
                  "A share-manager that answers and reports a repair running no longer than this "
                  "is not replaced")
+      ->capture_default_str();
+  app.add_option("--readonly-budget", readonly_budget,
+                 "A share read-only this long (and not repairing) is replaced")
+      ->capture_default_str();
+  app.add_option("--max-remounts", max_remounts,
+                 "A share read-only again after this many acknowledged remounts is replaced")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -176,13 +184,18 @@ int main(int argc, char** argv) {
   // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
       {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout))});
+  // The wall clock only stamps the record; every duration is measured on
+  // the monotonic clock, so a clock step neither stalls nor hastens a failover.
   controller::SystemWallClock clock;
+  controller::SteadyMonotonicClock mono;
   controller::ControllerOptions options;
   options.workers = workers;
   options.reconciler.unhealthy_grace_ms = ParseMs("--unhealthy-grace", grace);
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
+  options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
+  options.reconciler.max_remounts = max_remounts;
   controller::LocalPodRuntime runtime(
       {.share_manager_binary = binary, .work_dir = work_dir, .daemon_flags = daemon_flags});
 
@@ -200,7 +213,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}", line);
   });
 
-  controller::Controller controller(*store, runtime, connector, clock, options);
+  controller::Controller controller(*store, runtime, connector, clock, mono, options);
   if (auto s = controller.Start(); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
     return 1;

@@ -30,6 +30,8 @@ struct ShareObservation {
   uint64_t epoch = 0;
   sharemanager::v1::VolumeState volume_state = sharemanager::v1::VOLUME_STATE_UNSPECIFIED;
   std::optional<RepairObservation> repair;  // while one runs
+  // The volume the share-manager says it serves; empty: not reported.
+  std::string volume;
 };
 
 class ShareConnector {
