@@ -1,7 +1,5 @@
 #include "controller/reconciler.h"
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include <algorithm>
 #include <limits>
 
@@ -267,12 +265,7 @@ absl::Status Reconciler::Persist(ShareRecord& record, const ShareStatusRecord& s
   // Condition messages carry details that may differ on every pass (an
   // error's text); alone they are not worth a write, which would wake every
   // watcher of the store, this controller included.
-  struct IgnoringMessages {
-    IgnoringMessages() { same.IgnoreField(Condition::descriptor()->FindFieldByName("message")); }
-    google::protobuf::util::MessageDifferencer same;
-  };
-  thread_local IgnoringMessages differ;
-  if (differ.same.Compare(record.status(), status)) return absl::OkStatus();
+  if (SameIgnoringMessages(record.status(), status)) return absl::OkStatus();
   ShareRecord next = record;
   *next.mutable_status() = status;
   auto stored = store_.Update(next);

@@ -30,15 +30,20 @@ bool SimulatedCluster::TakeFailure(int& budget) {
 }
 
 void SimulatedCluster::ReapLocked() const {
+  if (deleting_.empty()) return;
   const int64_t now = NowMs();
-  for (auto it = pods_.begin(); it != pods_.end();) {
-    if (it->second.gone_at_ms && *it->second.gone_at_ms <= now) {
-      auto& names = by_volume_[it->second.pod.volume];
-      names.erase(std::remove(names.begin(), names.end(), it->first), names.end());
-      it = pods_.erase(it);
-    } else {
-      ++it;
+  for (auto name = deleting_.begin(); name != deleting_.end();) {
+    auto it = pods_.find(*name);
+    if (it != pods_.end() && *it->second.gone_at_ms > now) {
+      ++name;
+      continue;
     }
+    if (it != pods_.end()) {
+      auto& names = by_volume_[it->second.pod.volume];
+      names.erase(std::remove(names.begin(), names.end(), *name), names.end());
+      pods_.erase(it);
+    }
+    name = deleting_.erase(name);
   }
 }
 
@@ -54,7 +59,10 @@ absl::Status SimulatedCluster::Delete(const std::string& name) {
     volume = it->second.pod.volume;
     if (delete_lag_ms_ > 0) {
       // Still running (and serving) through its termination grace period.
-      if (!it->second.gone_at_ms) it->second.gone_at_ms = NowMs() + delete_lag_ms_;
+      if (!it->second.gone_at_ms) {
+        it->second.gone_at_ms = NowMs() + delete_lag_ms_;
+        deleting_.insert(name);
+      }
       return absl::OkStatus();
     }
     pods_.erase(it);

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -96,6 +97,7 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   // Mutable: reading them first reaps the pods whose deletion is over.
   mutable std::map<std::string, SimPod> pods_;  // by pod name
   mutable std::unordered_map<std::string, std::vector<std::string>> by_volume_;
+  mutable std::set<std::string> deleting_;  // pods with gone_at_ms
   Listeners listeners_;
   FaultInjector rpc_faults_;
   int64_t delete_lag_ms_ = 0;

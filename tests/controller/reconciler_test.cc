@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <limits>
+#include <memory>
 #include <mutex>
 
 #include "controller/conditions.h"
@@ -199,6 +200,67 @@ TEST_CASE("conditions change lastTransitionTime only when they flip") {
   CHECK(FindCondition(st, "Healthy")->reason() == "b");
   CHECK(SetCondition(st, "Healthy", false, "c", "", 300));
   CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 300);
+}
+
+TEST_CASE("statuses differing in any field but a condition message are not the same") {
+  ShareStatusRecord base;
+  SetCondition(base, "Healthy", true, "a", "details", 100);
+  ShareStatusRecord other = base;
+  other.mutable_conditions(0)->set_message("other details");
+  CHECK(SameIgnoringMessages(base, other));
+  // Every other field, of the status and of a condition, counts.
+  auto differs = [](const google::protobuf::Message& m,
+                    const google::protobuf::FieldDescriptor* f) {
+    auto copy = std::unique_ptr<google::protobuf::Message>(m.New());
+    copy->CopyFrom(m);
+    const auto* r = copy->GetReflection();
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+        r->SetString(copy.get(), f, "x");
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(copy.get(), f, !r->GetBool(m, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_ENUM:
+        r->SetEnumValue(copy.get(), f, 3);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64:
+        r->SetInt64(copy.get(), f, 7);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        r->SetUInt64(copy.get(), f, 7);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        r->SetUInt32(copy.get(), f, 7);
+        break;
+      default:
+        FAIL("unhandled field type of ", f->full_name());
+    }
+    return copy;
+  };
+  const auto* status_fields = ShareStatusRecord::descriptor();
+  for (int i = 0; i < status_fields->field_count(); ++i) {
+    const auto* f = status_fields->field(i);
+    CAPTURE(f->full_name());
+    if (f->is_repeated()) {
+      ShareStatusRecord more = base;
+      more.add_conditions()->set_type("ReadOnly");
+      CHECK_FALSE(SameIgnoringMessages(base, more));
+      continue;
+    }
+    const auto changed = differs(base, f);
+    CHECK_FALSE(SameIgnoringMessages(base, static_cast<const ShareStatusRecord&>(*changed)));
+  }
+  const auto* condition_fields = Condition::descriptor();
+  for (int i = 0; i < condition_fields->field_count(); ++i) {
+    const auto* f = condition_fields->field(i);
+    if (f->name() == "message") continue;
+    CAPTURE(f->full_name());
+    ShareStatusRecord changed = base;
+    changed.mutable_conditions(0)->CopyFrom(
+        static_cast<const Condition&>(*differs(base.conditions(0), f)));
+    CHECK_FALSE(SameIgnoringMessages(base, changed));
+  }
 }
 
 TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
