@@ -39,7 +39,7 @@ void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
     controller::MemoryStore store;
     controller::SimulatedCluster cluster;
     controller::FakeWallClock clock;
-    controller::Reconciler reconciler(store, cluster, cluster, clock);
+    controller::Reconciler reconciler(store, cluster, cluster, clock, clock);
     std::vector<std::string> names;
     for (int i = 0; i < n; ++i) {
       pb::ShareRecord r;

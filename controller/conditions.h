@@ -32,6 +32,11 @@ const Condition* FindCondition(const ShareStatusRecord& status, const std::strin
 bool SetCondition(ShareStatusRecord& status, const std::string& type, bool value,
                   const std::string& reason, const std::string& message, int64_t now_ms);
 
+// Whether two statuses are the same but for condition messages (details
+// that may change on every pass and alone are not worth a store write).
+// Field by field, without reflection: it runs on every pass.
+bool SameIgnoringMessages(const ShareStatusRecord& a, const ShareStatusRecord& b);
+
 // True when the condition is present and true.
 bool ConditionTrue(const ShareStatusRecord& status, const std::string& type);
 

@@ -6,13 +6,21 @@
 
 namespace controller {
 
+namespace {
+const SteadyMonotonicClock kSteadyClock;
+}  // namespace
+
 Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connector,
-                       const WallClock& clock, ControllerOptions options)
+                       const WallClock& wall, const MonotonicClock& mono, ControllerOptions options)
     : store_(store),
       runtime_(runtime),
       options_(options),
-      reconciler_(store, runtime, connector, clock, options.reconciler),
+      reconciler_(store, runtime, connector, wall, mono, options.reconciler),
       queue_(std::make_shared<WorkQueue>(options.queue)) {}
+
+Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connector,
+                       const WallClock& wall, ControllerOptions options)
+    : Controller(store, runtime, connector, wall, kSteadyClock, options) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -21,11 +29,14 @@ absl::Status Controller::Start() {
   // (a runtime's shutdown deletes its pods): their listeners hold the queue
   // weakly, so a late notification finds it gone instead of freed memory.
   std::weak_ptr<WorkQueue> queue = queue_;
-  auto enqueue = [queue](const std::string& name) {
+  // Store changes include the passes' own writes: they must not cut a
+  // failing share's backoff short. Pod changes come from outside and do.
+  store_.Watch([queue](const std::string& name) {
+    if (auto q = queue.lock()) q->AddUnlessBackingOff(name);
+  });
+  runtime_.Watch([queue](const std::string& name) {
     if (auto q = queue.lock()) q->Add(name);
-  };
-  store_.Watch(enqueue);
-  runtime_.Watch(enqueue);
+  });
   auto shares = store_.List();
   if (!shares.ok()) return shares.status();
   for (const auto& share : *shares) queue_->Add(share.name());
@@ -51,7 +62,8 @@ void Controller::Work() {
       spdlog::warn("share {}: {} (retrying with backoff)", *name, result.error.message());
       queue_->AddRateLimited(*name);
     } else {
-      queue_->Forget(*name);
+      // A call still waiting out its retry backoff keeps the key's backoff.
+      if (!result.backing_off) queue_->Forget(*name);
       if (result.requeue_after_ms) {
         queue_->AddAfter(*name, std::chrono::milliseconds(*result.requeue_after_ms));
       }

@@ -26,7 +26,11 @@ struct ControllerOptions {
 
 class Controller {
  public:
-  Controller(Store& store, PodRuntime& runtime, ShareConnector& connector, const WallClock& clock,
+  // Durations are measured on `mono`; `wall` only stamps the record.
+  Controller(Store& store, PodRuntime& runtime, ShareConnector& connector, const WallClock& wall,
+             const MonotonicClock& mono, ControllerOptions options = {});
+  // Durations on the steady clock.
+  Controller(Store& store, PodRuntime& runtime, ShareConnector& connector, const WallClock& wall,
              ControllerOptions options = {});
   ~Controller();
   Controller(const Controller&) = delete;

@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
   std::string repair_budget = "30m";
   bool stop_pods_on_exit = true, ephemeral_pods = false;
   std::string termination_grace = "0s";
+  std::string readonly_budget = "2m";
+  unsigned max_remounts = 3;
   app.add_option("--share", shares, "Serve this volume (repeatable)");
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
@@ -104,6 +106,12 @@ int main(int argc, char** argv) {
   app.add_option("--termination-grace", termination_grace,
                  "SIGTERM to SIGKILL delay when deleting a pod (0s: twice the daemons' "
                  "--stop-timeout plus 5s)")
+      ->capture_default_str();
+  app.add_option("--readonly-budget", readonly_budget,
+                 "A share read-only this long (and not repairing) is replaced")
+      ->capture_default_str();
+  app.add_option("--max-remounts", max_remounts,
+                 "A share read-only again after this many acknowledged remounts is replaced")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -188,7 +196,10 @@ int main(int argc, char** argv) {
   // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
       {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout))});
+  // The wall clock only stamps the record; every duration is measured on
+  // the monotonic clock, so a clock step neither stalls nor hastens a failover.
   controller::SystemWallClock clock;
+  controller::SteadyMonotonicClock mono;
   controller::ControllerOptions options;
   options.workers = workers;
   options.reconciler.unhealthy_grace_ms = ParseMs("--unhealthy-grace", grace);
@@ -202,6 +213,8 @@ int main(int argc, char** argv) {
                                            ParseMs("--termination-grace", termination_grace)),
                                        .ephemeral = ephemeral_pods,
                                        .stop_pods_on_exit = stop_pods_on_exit});
+  options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
+  options.reconciler.max_remounts = max_remounts;
 
   // Print phase changes as they are recorded.
   store->Watch([&](const std::string& name) {
@@ -217,7 +230,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}", line);
   });
 
-  controller::Controller controller(*store, runtime, connector, clock, options);
+  controller::Controller controller(*store, runtime, connector, clock, mono, options);
   if (auto s = controller.Start(); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
     return 1;

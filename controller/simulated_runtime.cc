@@ -23,13 +23,48 @@ absl::StatusOr<Pod> SimulatedCluster::Create(const sharemanager::controller::v1:
   return pod;
 }
 
+bool SimulatedCluster::TakeFailure(int& budget) {
+  if (budget == 0) return false;
+  if (budget > 0) --budget;
+  return true;
+}
+
+void SimulatedCluster::ReapLocked() const {
+  if (deleting_.empty()) return;
+  const int64_t now = NowMs();
+  for (auto name = deleting_.begin(); name != deleting_.end();) {
+    auto it = pods_.find(*name);
+    if (it != pods_.end() && *it->second.gone_at_ms > now) {
+      ++name;
+      continue;
+    }
+    if (it != pods_.end()) {
+      auto& names = by_volume_[it->second.pod.volume];
+      names.erase(std::remove(names.begin(), names.end(), *name), names.end());
+      pods_.erase(it);
+    }
+    name = deleting_.erase(name);
+  }
+}
+
 absl::Status SimulatedCluster::Delete(const std::string& name) {
   std::string volume;
   {
     std::lock_guard lock(mu_);
+    ++delete_calls_;
+    if (TakeFailure(delete_failures_))
+      return absl::UnavailableError("delete " + name + ": refused");
     auto it = pods_.find(name);
     if (it == pods_.end()) return absl::OkStatus();
     volume = it->second.pod.volume;
+    if (delete_lag_ms_ > 0) {
+      // Still running (and serving) through its termination grace period.
+      if (!it->second.gone_at_ms) {
+        it->second.gone_at_ms = NowMs() + delete_lag_ms_;
+        deleting_.insert(name);
+      }
+      return absl::OkStatus();
+    }
     pods_.erase(it);
     auto& names = by_volume_[volume];
     names.erase(std::remove(names.begin(), names.end(), name), names.end());
@@ -40,6 +75,7 @@ absl::Status SimulatedCluster::Delete(const std::string& name) {
 
 absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volume) {
   std::lock_guard lock(mu_);
+  ReapLocked();
   std::vector<Pod> out;
   if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
     for (const auto& name : it->second) out.push_back(pods_.at(name).pod);
@@ -52,6 +88,7 @@ void SimulatedCluster::Watch(Listener listener) { listeners_.Add(std::move(liste
 ShareObservation SimulatedCluster::Observe(const Pod& pod) {
   const Fault fault = rpc_faults_.Next();
   std::lock_guard lock(mu_);
+  ReapLocked();
   auto it = pods_.find(pod.name);
   if (it == pods_.end()) return {.error = "connection refused"};
   const SimPod& sim = it->second;
@@ -65,6 +102,7 @@ ShareObservation SimulatedCluster::Observe(const Pod& pod) {
                         .handled_generation = sim.handled_generation,
                         .epoch = sim.reported_epoch != 0 ? sim.reported_epoch : sim.pod.epoch,
                         .volume_state = sharemanager::v1::VOLUME_NONE};
+  seen.volume = sim.reported_volume.empty() ? sim.pod.volume : sim.reported_volume;
   if (sim.repair) {
     seen.state = sim.startup_check ? sharemanager::v1::STARTING : sharemanager::v1::DEGRADED;
     seen.reason = "repairing: " + *sim.repair;
@@ -79,6 +117,9 @@ absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
                                                  uint64_t generation) {
   const Fault fault = rpc_faults_.Next();
   std::lock_guard lock(mu_);
+  ReapLocked();
+  ++mount_calls_;
+  if (TakeFailure(mount_failures_)) return absl::UnavailableError("Mount: refused");
   auto it = pods_.find(pod.name);
   if (it == pods_.end()) return absl::UnavailableError("connection refused");
   SimPod& sim = it->second;
@@ -146,8 +187,42 @@ void SimulatedCluster::SetReportedEpoch(const std::string& name, uint64_t epoch)
   Change(name, [&](SimPod& sim) { sim.reported_epoch = epoch; });
 }
 
+void SimulatedCluster::SetReportedVolume(const std::string& name, const std::string& volume) {
+  Change(name, [&](SimPod& sim) { sim.reported_volume = volume; });
+}
+
+void SimulatedCluster::SetHandledGeneration(const std::string& name, uint64_t generation) {
+  Change(name, [&](SimPod& sim) { sim.handled_generation = generation; });
+}
+
+void SimulatedCluster::SetDeleteLag(int64_t ms) {
+  std::lock_guard lock(mu_);
+  delete_lag_ms_ = ms;
+}
+
+void SimulatedCluster::FailDeletes(int n) {
+  std::lock_guard lock(mu_);
+  delete_failures_ = n;
+}
+
+void SimulatedCluster::FailMounts(int n) {
+  std::lock_guard lock(mu_);
+  mount_failures_ = n;
+}
+
+uint64_t SimulatedCluster::delete_calls() const {
+  std::lock_guard lock(mu_);
+  return delete_calls_;
+}
+
+uint64_t SimulatedCluster::mount_calls() const {
+  std::lock_guard lock(mu_);
+  return mount_calls_;
+}
+
 std::vector<SimulatedCluster::SimPod> SimulatedCluster::Pods(const std::string& volume) const {
   std::lock_guard lock(mu_);
+  ReapLocked();
   std::vector<SimPod> out;
   if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
     for (const auto& name : it->second) out.push_back(pods_.at(name));

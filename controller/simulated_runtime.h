@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,10 +38,14 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
     int64_t repair_started_ms = 0;
     bool startup_check = false;
     uint64_t reported_epoch = 0;  // nonzero: answers as this epoch (another server)
+    std::string reported_volume;  // nonempty: answers as this volume's server
+    // Deleted, still running until then (a termination grace period); on the clock.
+    std::optional<int64_t> gone_at_ms;
   };
 
-  // Repairs report their elapsed time on `clock` (0 without one).
-  explicit SimulatedCluster(const WallClock* clock = nullptr) : clock_(clock) {}
+  // Repairs report their elapsed time on `clock` (0 without one), as a
+  // share-manager does on its monotonic clock.
+  explicit SimulatedCluster(const MonotonicClock* clock = nullptr) : clock_(clock) {}
 
   // PodRuntime. New pods start Running (the simulation's pods start at once).
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
@@ -62,6 +67,16 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   // The repair ends; the share serves again or (serving = false) does not.
   void EndRepair(const std::string& pod, bool serving = true);
   void SetReportedEpoch(const std::string& pod, uint64_t epoch);
+  void SetReportedVolume(const std::string& pod, const std::string& volume);
+  void SetHandledGeneration(const std::string& pod, uint64_t generation);
+  // A deleted pod keeps running this long before it is gone (needs a clock).
+  void SetDeleteLag(int64_t ms);
+  // The next `n` Delete / Mount calls fail without effect (-1: all of them).
+  void FailDeletes(int n);
+  void FailMounts(int n);
+  // Delete and Mount calls that reached the cluster, failed ones included.
+  uint64_t delete_calls() const;
+  uint64_t mount_calls() const;
   std::vector<SimPod> Pods(const std::string& volume) const;
   // Pods of the volume that are alive (Pending/Running/Unknown).
   int LivePods(const std::string& volume) const;
@@ -69,16 +84,27 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   FaultInjector& rpc_faults() { return rpc_faults_; }
 
  private:
+  // Removes deleted pods whose lag is over. Under the lock.
+  void ReapLocked() const;
+  // Whether a call fails by the FailDeletes / FailMounts budget. Under the lock.
+  static bool TakeFailure(int& budget);
   // Applies `change` to the pod, if it exists, under the lock.
   void Change(const std::string& pod, const std::function<void(SimPod&)>& change);
-  int64_t NowMs() const { return clock_ != nullptr ? clock_->NowMs() : 0; }
+  int64_t NowMs() const { return clock_ != nullptr ? clock_->MonotonicMs() : 0; }
 
-  const WallClock* clock_;
+  const MonotonicClock* clock_;
   mutable std::mutex mu_;
-  std::map<std::string, SimPod> pods_;  // by pod name
-  std::unordered_map<std::string, std::vector<std::string>> by_volume_;
+  // Mutable: reading them first reaps the pods whose deletion is over.
+  mutable std::map<std::string, SimPod> pods_;  // by pod name
+  mutable std::unordered_map<std::string, std::vector<std::string>> by_volume_;
+  mutable std::set<std::string> deleting_;  // pods with gone_at_ms
   Listeners listeners_;
   FaultInjector rpc_faults_;
+  int64_t delete_lag_ms_ = 0;
+  int delete_failures_ = 0;
+  int mount_failures_ = 0;
+  uint64_t delete_calls_ = 0;
+  uint64_t mount_calls_ = 0;
 };
 
 }  // namespace controller

@@ -24,38 +24,58 @@ void WorkQueue::Add(const std::string& key) {
   cv_.notify_one();
 }
 
+void WorkQueue::AddAfterLocked(const std::string& key, Clock::time_point at) {
+  auto it = delayed_at_.find(key);
+  if (it != delayed_at_.end()) {
+    if (it->second <= at) return;  // an earlier wake-up is already planned
+    delayed_.erase({it->second, key});
+  }
+  delayed_at_[key] = at;
+  delayed_.insert({at, key});
+}
+
 void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
   if (delay.count() <= 0) return Add(key);
   {
     std::lock_guard lock(mu_);
     if (shutdown_) return;
-    const auto at = Clock::now() + delay;
-    auto it = delayed_at_.find(key);
-    if (it != delayed_at_.end()) {
-      if (it->second <= at) return;  // an earlier wake-up is already planned
-      delayed_.erase({it->second, key});
-    }
-    delayed_at_[key] = at;
-    delayed_.insert({at, key});
+    AddAfterLocked(key, Clock::now() + delay);
   }
   cv_.notify_one();
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
-  std::chrono::milliseconds delay;
   {
     std::lock_guard lock(mu_);
+    if (shutdown_) return;
     const size_t failures = failures_[key]++;
-    delay = options_.base_backoff;
+    auto delay = options_.base_backoff;
     for (size_t i = 0; i < failures && delay < options_.max_backoff; ++i) delay *= 2;
-    delay = std::min(delay, options_.max_backoff);
+    const auto at = Clock::now() + std::min(delay, options_.max_backoff);
+    backoff_until_[key] = at;
+    AddAfterLocked(key, at);
   }
-  AddAfter(key, delay);
+  cv_.notify_one();
+}
+
+void WorkQueue::AddUnlessBackingOff(const std::string& key) {
+  {
+    std::lock_guard lock(mu_);
+    if (shutdown_) return;
+    auto it = backoff_until_.find(key);
+    if (it != backoff_until_.end() && it->second > Clock::now()) {
+      AddAfterLocked(key, it->second);  // already planned, unless a pass took it
+    } else {
+      AddLocked(key);
+    }
+  }
+  cv_.notify_one();
 }
 
 void WorkQueue::Forget(const std::string& key) {
   std::lock_guard lock(mu_);
   failures_.erase(key);
+  backoff_until_.erase(key);
 }
 
 size_t WorkQueue::Failures(const std::string& key) {

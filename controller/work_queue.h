@@ -32,6 +32,10 @@ class WorkQueue {
   void AddAfter(const std::string& key, std::chrono::milliseconds delay);
   // After a failure: requeue after the key's next backoff.
   void AddRateLimited(const std::string& key);
+  // A wake-up from a change the key's own passes may have caused (a store
+  // write): while the key backs off after a failure it waits out the
+  // backoff, so a failing pass that writes cannot requeue itself at once.
+  void AddUnlessBackingOff(const std::string& key);
   // After a success: the key's backoff starts over.
   void Forget(const std::string& key);
   // Blocks until a key is ready (or ShutDown: nullopt).
@@ -43,6 +47,7 @@ class WorkQueue {
 
  private:
   void AddLocked(const std::string& key);
+  void AddAfterLocked(const std::string& key, Clock::time_point at);
   bool TakeTokenLocked(Clock::time_point now, Clock::duration* wait);
 
   WorkQueueOptions options_;
@@ -55,6 +60,7 @@ class WorkQueue {
   std::unordered_set<std::string> processing_;
   std::unordered_set<std::string> dirty_;
   std::unordered_map<std::string, size_t> failures_;
+  std::unordered_map<std::string, Clock::time_point> backoff_until_;
   uint64_t seq_ = 0;
   double tokens_;
   Clock::time_point last_refill_;

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <limits>
+#include <memory>
 #include <mutex>
 
 #include "controller/conditions.h"
@@ -179,6 +181,7 @@ TEST_CASE("never two active: every store write and pod call failing in turn duri
           }
           sim.clock.Advance(500);
         }
+        CHECK(faults.fired() == 1);  // the fault was really injected
         faults.Disable();
         REQUIRE(sim.RunUntilRunning("vol", 100, 500));
         CHECK(sim.cluster.LivePods("vol") == 1);
@@ -197,6 +200,67 @@ TEST_CASE("conditions change lastTransitionTime only when they flip") {
   CHECK(FindCondition(st, "Healthy")->reason() == "b");
   CHECK(SetCondition(st, "Healthy", false, "c", "", 300));
   CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 300);
+}
+
+TEST_CASE("statuses differing in any field but a condition message are not the same") {
+  ShareStatusRecord base;
+  SetCondition(base, "Healthy", true, "a", "details", 100);
+  ShareStatusRecord other = base;
+  other.mutable_conditions(0)->set_message("other details");
+  CHECK(SameIgnoringMessages(base, other));
+  // Every other field, of the status and of a condition, counts.
+  auto differs = [](const google::protobuf::Message& m,
+                    const google::protobuf::FieldDescriptor* f) {
+    auto copy = std::unique_ptr<google::protobuf::Message>(m.New());
+    copy->CopyFrom(m);
+    const auto* r = copy->GetReflection();
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+        r->SetString(copy.get(), f, "x");
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+        r->SetBool(copy.get(), f, !r->GetBool(m, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_ENUM:
+        r->SetEnumValue(copy.get(), f, 3);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64:
+        r->SetInt64(copy.get(), f, 7);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        r->SetUInt64(copy.get(), f, 7);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        r->SetUInt32(copy.get(), f, 7);
+        break;
+      default:
+        FAIL("unhandled field type of ", f->full_name());
+    }
+    return copy;
+  };
+  const auto* status_fields = ShareStatusRecord::descriptor();
+  for (int i = 0; i < status_fields->field_count(); ++i) {
+    const auto* f = status_fields->field(i);
+    CAPTURE(f->full_name());
+    if (f->is_repeated()) {
+      ShareStatusRecord more = base;
+      more.add_conditions()->set_type("ReadOnly");
+      CHECK_FALSE(SameIgnoringMessages(base, more));
+      continue;
+    }
+    const auto changed = differs(base, f);
+    CHECK_FALSE(SameIgnoringMessages(base, static_cast<const ShareStatusRecord&>(*changed)));
+  }
+  const auto* condition_fields = Condition::descriptor();
+  for (int i = 0; i < condition_fields->field_count(); ++i) {
+    const auto* f = condition_fields->field(i);
+    if (f->name() == "message") continue;
+    CAPTURE(f->full_name());
+    ShareStatusRecord changed = base;
+    changed.mutable_conditions(0)->CopyFrom(
+        static_cast<const Condition&>(*differs(base.conditions(0), f)));
+    CHECK_FALSE(SameIgnoringMessages(base, changed));
+  }
 }
 
 TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
@@ -426,6 +490,327 @@ TEST_CASE("repair: the gRPC connector reports the repair a share-manager publish
   CHECK(seen.volume_state == sharemanager::v1::VOLUME_MOUNTED);
   CHECK_FALSE(seen.repair.has_value());
   server->Shutdown();
+}
+
+// Issue 13: every duration on the monotonic clock, backoffs that hold,
+// truthful phases after a failed Delete, escalation, generations and epochs.
+namespace {
+
+constexpr int64_t kHour = 3'600'000;
+
+// Runs a pass every step_ms for total_ms.
+void PassFor(Sim& sim, int64_t total_ms, int64_t step_ms) {
+  for (int64_t t = 0; t < total_ms; t += step_ms) {
+    sim.Pass("vol");
+    sim.clock.Advance(step_ms);
+  }
+}
+
+// Freezes the current pod and lets the default unhealthy grace run out; returns the pod.
+std::string FreezePastGrace(Sim& sim) {
+  const std::string pod = sim.CurrentPod("vol");
+  sim.cluster.Freeze(pod, true);
+  sim.Pass("vol");
+  sim.clock.Advance(ReconcilerOptions{}.unhealthy_grace_ms);
+  return pod;
+}
+
+}  // namespace
+
+TEST_CASE("time: an unhealthy pod's grace follows the monotonic clock across wall steps of 1 h") {
+  for (const int64_t step : {-kHour, kHour}) {
+    CAPTURE(step);
+    Sim sim;  // unhealthy grace 2 s
+    sim.AddRunningShare("vol");
+    sim.cluster.Freeze(sim.CurrentPod("vol"), true);
+    sim.Pass("vol");
+    sim.clock.Advance(1000);
+    sim.clock.StepWall(step);  // in the middle of the grace
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
+    sim.clock.Advance(999);
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
+    CHECK(sim.cluster.LivePods("vol") == 1);
+    sim.clock.Advance(1);
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+    CHECK(sim.cluster.LivePods("vol") == 0);
+  }
+}
+
+TEST_CASE("time: the remount delay follows the monotonic clock across wall steps of 1 h") {
+  for (const int64_t step : {-kHour, kHour}) {
+    CAPTURE(step);
+    ReconcilerOptions options;
+    options.remount_delay_ms = 5000;
+    Sim sim(options);
+    sim.AddRunningShare("vol");
+    sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+    sim.Pass("vol");  // the request, delay from now
+    sim.clock.Advance(2000);
+    sim.clock.StepWall(step);
+    sim.Pass("vol");
+    sim.clock.Advance(2999);
+    sim.Pass("vol");
+    CHECK(sim.cluster.mount_calls() == 0);
+    sim.clock.Advance(1);
+    sim.Pass("vol");
+    CHECK(sim.cluster.mount_calls() == 1);
+    CHECK(sim.Get("vol").status().remount_acknowledged_generation() == 1);
+  }
+}
+
+TEST_CASE("time: the replacement backoff follows the monotonic clock across wall steps of 1 h") {
+  for (const int64_t step : {-kHour, kHour}) {
+    CAPTURE(step);
+    Sim sim;  // replacement backoff 1 s after the first replacement
+    sim.AddRunningShare("vol");
+    sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+    sim.Pass("vol");
+    sim.Pass("vol");  // first replacement: no backoff
+    REQUIRE(sim.Get("vol").status().epoch() == 2);
+    sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+    sim.Pass("vol");  // ERROR, deleted
+    sim.clock.Advance(400);
+    sim.clock.StepWall(step);
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().epoch() == 2);  // backing off
+    sim.clock.Advance(599);
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().epoch() == 2);
+    sim.clock.Advance(1);
+    sim.Pass("vol");
+    CHECK(sim.Get("vol").status().epoch() == 3);
+    CHECK(sim.cluster.LivePods("vol") == 1);
+  }
+}
+
+TEST_CASE("time: after a restart an unhealthy share gets a full grace from the first observation") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  sim.cluster.Freeze(sim.CurrentPod("vol"), true);
+  sim.Pass("vol");
+  sim.clock.Advance(1900);
+  sim.Restart();
+  sim.clock.StepWall(kHour);  // the wall clock says the grace is long over
+  ReplacedAfterGrace(sim);    // counted from the new process's first pass
+}
+
+TEST_CASE("backoff: a failing Delete is retried on its backoff, the record is not rewritten") {
+  Sim sim;  // retry backoff 200 ms doubling
+  sim.AddRunningShare("vol");
+  FreezePastGrace(sim);
+  sim.cluster.FailDeletes(-1);
+  sim.Pass("vol");  // ERROR; the first Delete fails
+  REQUIRE(sim.Get("vol").status().phase() == pb::ERROR);
+  const uint64_t version = sim.Get("vol").resource_version();
+  const uint64_t deletes = sim.cluster.delete_calls();
+  sim.clock.Advance(10);
+  PassFor(sim, 3000, 10);  // 300 passes over 3 s
+  // Retries at +200, +600, +1400, +3000 ms: 3 or 4 more, not 300.
+  CHECK(sim.cluster.delete_calls() - deletes <= 4);
+  CHECK(sim.cluster.delete_calls() - deletes >= 3);
+  // Nothing that changes from pass to pass is recorded: no rewrite at all.
+  CHECK(sim.Get("vol").resource_version() == version);
+  const auto st = sim.Get("vol").status();
+  CHECK(st.phase() == pb::ERROR);
+  CHECK(ConditionTrue(st, condition::kPodDeleteFailed));
+  sim.cluster.FailDeletes(0);
+  REQUIRE(sim.RunUntilRunning("vol", 100, 500));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kPodDeleteFailed));
+}
+
+TEST_CASE("backoff: a failing Mount backs off instead of being sent on every pass") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 0;
+  Sim sim(options);
+  sim.AddRunningShare("vol");
+  sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+  sim.cluster.FailMounts(-1);
+  PassFor(sim, 3000, 10);
+  // At 0, +200, +600, +1400 ms (+3000 is past the end).
+  CHECK(sim.cluster.mount_calls() == 4);
+  const auto result = sim.Pass("vol");
+  CHECK(result.backing_off);
+  CHECK(ConditionTrue(sim.Get("vol").status(), condition::kMountFailed));
+  sim.cluster.FailMounts(0);
+  PassFor(sim, 4000, 10);  // the pass above failed too: the next try is at +6200 ms
+  CHECK(sim.Get("vol").status().remount_acknowledged_generation() == 1);
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kMountFailed));
+}
+
+TEST_CASE("a condemned pod stays ERROR while its Delete fails, and the Delete is retried") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  const std::string pod = FreezePastGrace(sim);
+  sim.cluster.FailDeletes(-1);
+  sim.Pass("vol");
+  const uint64_t deletes = sim.cluster.delete_calls();
+  for (int i = 0; i < 40; ++i) {  // 4 s, within the 30 s start timeout
+    sim.clock.Advance(100);
+    sim.Pass("vol");
+    REQUIRE(sim.Get("vol").status().phase() == pb::ERROR);
+    REQUIRE(sim.Get("vol").status().pod() == pod);
+  }
+  CHECK(sim.cluster.delete_calls() > deletes);  // retried meanwhile
+  sim.cluster.FailDeletes(0);
+  REQUIRE(sim.RunUntilRunning("vol", 100, 500));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+}
+
+TEST_CASE("escalate: a share read-only beyond the read-only budget is replaced") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 1000;
+  options.readonly_budget_ms = 10'000;
+  Sim sim(options);
+  sim.AddRunningShare("vol");
+  sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+  sim.cluster.FailMounts(-1);  // no remount helps
+  PassFor(sim, 9900, 100);
+  CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  PassFor(sim, 200, 100);
+  CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+  CHECK(sim.Get("vol").status().reason().find("read-only budget") != std::string::npos);
+  sim.cluster.FailMounts(0);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+}
+
+TEST_CASE("escalate: a share read-only again after 3 acknowledged remounts is replaced") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 0;
+  Sim sim(options);
+  sim.AddRunningShare("vol");
+  const std::string pod = sim.CurrentPod("vol");
+  for (int event = 1; event <= 3; ++event) {
+    sim.cluster.SetReadOnly(pod, true);
+    sim.Pass("vol");  // the request and its Mount
+    sim.Pass("vol");
+    REQUIRE(sim.Get("vol").status().phase() == pb::RUNNING);
+    REQUIRE(sim.Get("vol").status().remount_acknowledged_generation() == event);
+  }
+  sim.cluster.SetReadOnly(pod, true);
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+  CHECK(sim.Get("vol").status().reason().find("after 3 remounts") != std::string::npos);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+}
+
+TEST_CASE("escalate: a repairing read-only share is not replaced past the read-only budget") {
+  ReconcilerOptions options;
+  options.readonly_budget_ms = 10'000;
+  Sim sim(options);
+  const std::string pod = StartRepairing(sim);
+  sim.cluster.SetReadOnly(pod, true);
+  RepairFor(sim, pod, 60'000, 1000);
+}
+
+TEST_CASE("generations: an absurd handled generation is a bad answer, requests never wrap") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  const std::string pod = sim.CurrentPod("vol");
+  sim.cluster.SetHandledGeneration(pod, std::numeric_limits<uint64_t>::max() - 1);
+  sim.cluster.SetReadOnly(pod, true);
+  sim.Pass("vol");
+  auto st = sim.Get("vol").status();
+  CHECK(st.remount_acknowledged_generation() == 0);
+  CHECK(st.remount_requested_generation() == 0);
+  CHECK(FindCondition(st, condition::kHealthy)->message().find("above the requested") !=
+        std::string::npos);
+  ReplacedAfterGrace(sim, 2000 - 0);
+
+  // A record already at the top stays there instead of wrapping to 0.
+  Sim top;
+  top.AddRunningShare("vol");
+  auto record = top.Get("vol");
+  record.mutable_status()->set_remount_requested_generation(std::numeric_limits<uint64_t>::max());
+  record.mutable_status()->set_remount_acknowledged_generation(
+      std::numeric_limits<uint64_t>::max());
+  REQUIRE(top.memory.Update(record).ok());
+  top.cluster.SetReadOnly(top.CurrentPod("vol"), true);
+  top.Pass("vol");
+  CHECK(top.Get("vol").status().remount_requested_generation() ==
+        std::numeric_limits<uint64_t>::max());
+}
+
+TEST_CASE("epochs: a pod of a higher epoch than the record is adopted, not deleted") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  pb::ShareSpec spec;
+  spec.set_volume("vol");
+  REQUIRE(sim.cluster.Create(spec, 5).ok());  // e.g. the record was restored from a backup
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().epoch() == 5);
+  const auto pods = sim.cluster.Pods("vol");
+  REQUIRE(pods.size() == 1);
+  CHECK(pods[0].pod.epoch == 5);  // the lower one went
+  REQUIRE(sim.RunUntilRunning("vol"));
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  REQUIRE(sim.RunUntilRunning("vol", 100, 500));
+  CHECK(sim.Get("vol").status().epoch() == 6);  // above every epoch seen
+}
+
+TEST_CASE("a share record deleted from the store has its pods removed") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  REQUIRE(sim.memory.Delete("vol").ok());
+  sim.cluster.FailDeletes(1);
+  const auto failed = sim.Pass("vol");
+  CHECK_FALSE(failed.error.ok());  // retried with backoff
+  CHECK(sim.cluster.LivePods("vol") == 1);
+  sim.clock.Advance(200);
+  const auto done = sim.Pass("vol");
+  CHECK(done.error.ok());
+  CHECK(sim.cluster.LivePods("vol") == 0);
+  CHECK(sim.Pass("vol").requeue_after_ms == std::nullopt);  // nothing left to do
+}
+
+TEST_CASE("a pending remount gets a fresh delay on a replacement pod") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 5000;
+  Sim sim(options);
+  sim.AddRunningShare("vol");
+  sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+  sim.Pass("vol");  // requested now
+  REQUIRE(sim.Get("vol").status().remount_requested_generation() == 1);
+  sim.clock.Advance(1000);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  sim.Pass("vol");
+  sim.Pass("vol");  // epoch 2 created
+  REQUIRE(sim.Get("vol").status().epoch() == 2);
+  sim.clock.Advance(4500);  // the old request's delay is over
+  sim.Pass("vol");
+  const int64_t first_seen = sim.clock.MonotonicMs();
+  for (int i = 0; i < 60; ++i) {
+    sim.clock.Advance(100);
+    sim.Pass("vol");
+    if (sim.cluster.mount_calls() > 0) break;
+  }
+  CHECK(sim.cluster.mount_calls() == 1);
+  CHECK(sim.clock.MonotonicMs() >= first_seen + 5000);
+}
+
+TEST_CASE("restart mid-failover over the same store: one live pod, the failover completes") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  sim.cluster.SetDeleteLag(3000);  // the old pod outlives its Delete
+  FreezePastGrace(sim);
+  sim.Pass("vol");  // ERROR, Delete accepted, the pod lingers
+  REQUIRE(sim.Get("vol").status().phase() == pb::ERROR);
+  for (int i = 0; i < 60; ++i) {
+    if (i == 5) sim.Restart();
+    if (i == 6) sim.clock.StepWall(-kHour);
+    sim.Pass("vol");
+    REQUIRE(sim.cluster.LivePods("vol") <= 1);
+    sim.clock.Advance(100);
+  }
+  REQUIRE(sim.RunUntilRunning("vol", 100, 100));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK(sim.cluster.LivePods("vol") == 1);
 }
 
 }  // namespace controller

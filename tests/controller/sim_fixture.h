@@ -1,9 +1,11 @@
 // A share on a simulated cluster with fault-injecting store, runtime and RPCs,
-// a fake clock, and one Reconciler: passes run one at a time, deterministically.
+// fake clocks (wall and monotonic), and one Reconciler: passes run one at a
+// time, deterministically.
 #pragma once
 
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <string>
 
 #include "controller/faulty_pod_runtime.h"
@@ -17,8 +19,9 @@ namespace controller {
 namespace pb = sharemanager::controller::v1;
 
 struct Sim {
-  explicit Sim(ReconcilerOptions options = {})
-      : reconciler(store, runtime, cluster, clock, options) {}
+  explicit Sim(ReconcilerOptions reconciler_options = {}) : options(reconciler_options) {
+    Restart();
+  }
 
   void AddShare(const std::string& volume) {
     ShareRecord record;
@@ -27,12 +30,22 @@ struct Sim {
     record.mutable_spec()->set_serve(true);
     REQUIRE(memory.Create(record).ok());
   }
+  // A share whose first pod runs.
+  void AddRunningShare(const std::string& volume) {
+    AddShare(volume);
+    REQUIRE(RunUntilRunning(volume));
+  }
   ShareRecord Get(const std::string& name) {
     auto r = memory.Get(name);
     REQUIRE(r.ok());
     return *r;
   }
-  PassResult Pass(const std::string& name) { return reconciler.Reconcile(name); }
+  PassResult Pass(const std::string& name) { return reconciler->Reconcile(name); }
+  // A controller restart: a new Reconciler (no in-memory state) over the
+  // same store, cluster and clocks.
+  void Restart() {
+    reconciler = std::make_unique<Reconciler>(store, runtime, cluster, clock, clock, options);
+  }
   // Runs passes (advancing the clock by step_ms) until the share is RUNNING.
   bool RunUntilRunning(const std::string& name, int max_passes = 50, int64_t step_ms = 100) {
     for (int i = 0; i < max_passes; ++i) {
@@ -44,12 +57,14 @@ struct Sim {
   }
   std::string CurrentPod(const std::string& name) { return Get(name).status().pod(); }
 
-  FakeWallClock clock;  // first: the cluster reports repair times on it
+  ReconcilerOptions options;
+  FakeWallClock clock;  // before the cluster: it reports repair times on it
   MemoryStore memory;
   FaultyStore store{memory};
   SimulatedCluster cluster{&clock};
+  // Every pod call of the reconciler goes through the fault injector.
   FaultyPodRuntime runtime{cluster};
-  Reconciler reconciler;
+  std::unique_ptr<Reconciler> reconciler;
 };
 
 }  // namespace controller

@@ -1,6 +1,8 @@
 // A seeded simulation: thousands of random steps (passes, pod deaths, frozen
-// share-managers, read-only events, repairs, clock jumps, store conflicts and errors,
-// RPC timeouts) with the invariants checked after every step, then
+// share-managers, read-only events, repairs, time passing, wall-clock steps
+// both ways, controller restarts over the same store and cluster, failing
+// and lingering pod deletions, stale or foreign answers, store conflicts and
+// errors, pod-call and RPC faults) with the invariants checked after every step, then
 // convergence once the faults stop. A failing seed is printed; replay it with
 //   SHARE_SIM_SEED=<seed> ./build/tests/controller_unit_tests -tc='*seeded simulation*'
 #include <doctest/doctest.h>
@@ -51,16 +53,19 @@ void RunSeed(uint64_t seed) {
     CAPTURE(step);
     const std::string name = Volume(pick(kShares));
     const auto pods = sim.cluster.Pods(name);
-    const int action = pick(100);
+    const int action = pick(110);
     if (action < 60) {
       const uint64_t faults_before = sim.store.faults().fired() + sim.runtime.faults().fired();
       const uint64_t rpc_faults_before = sim.cluster.rpc_faults().fired();
       const auto before = sim.cluster.Pods(name);
       // A current pod that will answer with a repair within the budget.
+      // (Unless it answers as another server, or was condemned before its repair.)
       std::string repairing;
+      const auto status_before = sim.Get(name).status();
       for (const auto& p : before) {
-        if (p.pod.epoch == sim.Get(name).status().epoch() && p.repair && !p.frozen &&
-            p.pod.phase == PodPhase::kRunning &&
+        if (p.pod.epoch == status_before.epoch() && p.repair && !p.frozen &&
+            p.pod.phase == PodPhase::kRunning && p.reported_epoch == 0 &&
+            p.reported_volume.empty() && status_before.phase() != pb::ERROR &&
             sim.clock.NowMs() - p.repair_started_ms <= options.repair_budget_ms) {
           repairing = p.pod.name;
         }
@@ -103,8 +108,31 @@ void RunSeed(uint64_t seed) {
       }
     } else if (action < 85) {
       Conflict(sim, name);
-    } else {
+    } else if (action < 100) {
       sim.clock.Advance(pick(1500));
+    } else if (action < 102) {
+      sim.clock.StepWall(pick(2) == 0 ? -3'600'000 : 3'600'000);
+    } else if (action < 104) {
+      sim.Restart();  // in-memory state gone; store and cluster stay
+    } else if (action < 106) {
+      sim.cluster.FailDeletes(pick(4));
+    } else if (action < 108) {
+      sim.cluster.SetDeleteLag(pick(2) == 0 ? 0 : pick(3000));
+    } else if (!pods.empty()) {
+      // Another server answers at the pod's endpoint: an old epoch's or
+      // another volume's; or the pod's own again.
+      const auto& p = pods[static_cast<size_t>(pick(static_cast<int>(pods.size())))];
+      switch (pick(3)) {
+        case 0:
+          sim.cluster.SetReportedEpoch(p.pod.name, p.pod.epoch > 1 ? p.pod.epoch - 1 : 99);
+          break;
+        case 1:
+          sim.cluster.SetReportedVolume(p.pod.name, Volume((pick(kShares) + 1) % kShares));
+          break;
+        default:
+          sim.cluster.SetReportedEpoch(p.pod.name, 0);
+          sim.cluster.SetReportedVolume(p.pod.name, "");
+      }
     }
     // Invariants, every step.
     for (int i = 0; i < kShares; ++i) {
@@ -118,13 +146,22 @@ void RunSeed(uint64_t seed) {
     }
   }
 
+  // Every kind of fault was really injected.
+  CHECK(sim.store.faults().fired() > 0);
+  CHECK(sim.runtime.faults().fired() > 0);
+  CHECK(sim.cluster.rpc_faults().fired() > 0);
+  CHECK(sim.cluster.delete_calls() > 0);
+
   // Faults stop: every share converges to exactly one running pod.
+  sim.cluster.FailDeletes(0);
   sim.store.faults().Disable();
   sim.runtime.faults().Disable();
   sim.cluster.rpc_faults().Disable();
   for (int i = 0; i < kShares; ++i) {
     for (const auto& p : sim.cluster.Pods(Volume(i))) {
       sim.cluster.Freeze(p.pod.name, false);
+      sim.cluster.SetReportedEpoch(p.pod.name, 0);
+      sim.cluster.SetReportedVolume(p.pod.name, "");
       if (p.repair) sim.cluster.EndRepair(p.pod.name);
     }
   }
@@ -163,7 +200,8 @@ TEST_CASE("a store and a runtime that outlive their controller may still notify"
   SimulatedCluster cluster;
   FakeWallClock clock;
   {
-    Controller controller(store, cluster, cluster, clock, {.workers = 1, .watch_health = false});
+    Controller controller(store, cluster, cluster, clock, clock,
+                          {.workers = 1, .watch_health = false});
     REQUIRE(controller.Start().ok());
   }
   ShareRecord record;

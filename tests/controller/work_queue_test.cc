@@ -69,3 +69,27 @@ TEST_CASE("ShutDown wakes blocked workers") {
 }
 
 }  // namespace controller
+
+namespace controller {
+
+// A failing pass that writes the store used to be woken by its own write at
+// once, bypassing its backoff (550 Deletes in 3 s with a 200 ms base).
+TEST_CASE("a store-change wake-up waits out the key's failure backoff") {
+  WorkQueue queue({.base_backoff = milliseconds(200)});
+  queue.Add("a");
+  REQUIRE(queue.Get() == "a");
+  const auto failed = WorkQueue::Clock::now();
+  queue.AddRateLimited("a");
+  queue.Done("a");
+  queue.AddUnlessBackingOff("a");  // the failing pass's own store write
+  REQUIRE(queue.Get() == "a");
+  CHECK(WorkQueue::Clock::now() - failed >= milliseconds(190));
+  queue.Done("a");
+  queue.Forget("a");  // a success: no backoff left, wake-ups go at once
+  const auto ok = WorkQueue::Clock::now();
+  queue.AddUnlessBackingOff("a");
+  REQUIRE(queue.Get() == "a");
+  CHECK(WorkQueue::Clock::now() - ok < milliseconds(100));
+}
+
+}  // namespace controller
