@@ -87,6 +87,8 @@ absl::Status ParseRecord(const std::string& text, Pod& pod, pid_t& pid, uint64_t
       !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
     return absl::DataLossError("malformed pod record");
   }
+  // kill(-1) or kill(-0) would signal everything we may signal, or ourselves.
+  if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
   pod.nfs_port = static_cast<uint16_t>(port);
   return absl::OkStatus();
 }
@@ -172,12 +174,29 @@ void LocalPodRuntime::Load() {
   } else {
     spdlog::warn("{}", table.status().message());
   }
+  // What cannot be read is not "no pods": a pod the runtime cannot see must
+  // never be taken for gone (its replacement would be a second server).
+  namespace fs = std::filesystem;
   std::error_code ec;
-  for (const auto& volume_dir : std::filesystem::directory_iterator(options_.work_dir, ec)) {
+  fs::directory_iterator volumes(options_.work_dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
+    return;
+  }
+  for (; !ec && volumes != fs::directory_iterator(); volumes.increment(ec)) {
+    const fs::directory_entry& volume_dir = *volumes;
     const auto pods_dir = volume_dir.path() / "pods";
-    if (!std::filesystem::is_directory(pods_dir, ec)) continue;
     const std::string volume = volume_dir.path().filename();
-    for (const auto& entry : std::filesystem::directory_iterator(pods_dir, ec)) {
+    std::error_code pods_ec;
+    if (!fs::is_directory(pods_dir, pods_ec)) {
+      if (pods_ec && pods_ec != std::errc::no_such_file_or_directory) {
+        bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
+      }
+      continue;
+    }
+    fs::directory_iterator entries(pods_dir, pods_ec);
+    for (; !pods_ec && entries != fs::directory_iterator(); entries.increment(pods_ec)) {
+      const fs::directory_entry& entry = *entries;
       if (entry.path().extension() != ".pod") continue;
       LocalPod local;
       auto text = base::ReadFile(entry.path());
@@ -199,13 +218,15 @@ void LocalPodRuntime::Load() {
         local.share_manager_alive = !local.procs.empty();
       }
       local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
-      local.pod.exit_code = local.share_manager_alive ? 0 : -1;
+      local.pod.exit_code = -1;  // not our child: its exit status cannot be known
       Refresh(local);
       spdlog::info("pod {}: {} (pid {})", local.pod.name,
                    local.share_manager_alive ? "adopted" : "found gone", local.pid);
       pods_[local.pod.name] = std::move(local);
     }
+    if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
+  if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
 }
 
 void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) {
@@ -256,8 +277,15 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     if (auto text = base::ReadFile(local.state_dir + "/ganesha.pid"); text.ok()) {
       pid_t g = 0;
       if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &g)) {
-        if (auto st = base::ReadProcStat(g); st && st->start_ticks >= local.start_ticks &&
-                                             st->comm.find("ganesha") != std::string::npos) {
+        // A ganesha whose parent is another pod's live share-manager is that
+        // pod's (the state dir is the volume's, shared by its epochs).
+        const auto st = base::ReadProcStat(g);
+        const bool anothers = st && std::any_of(pods_.begin(), pods_.end(), [&](const auto& other) {
+                                return &other.second != &local && other.second.pid == st->ppid &&
+                                       other.second.share_manager_alive;
+                              });
+        if (st && !anothers && st->start_ticks >= local.start_ticks &&
+            st->comm.find("ganesha") != std::string::npos) {
           AddProc(local, g, st->start_ticks);
         }
       }
@@ -361,27 +389,16 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   // The pod writes its log itself (appending), not through us: no disk write
   // happens under our lock, and the pod keeps logging after we are gone.
   const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
-  std::vector<std::string> argv = {"/bin/sh",
-                                   "-c",
-                                   "log=$1; shift; exec \"$@\" >>\"$log\" 2>&1",
-                                   "sh",
-                                   log,
-                                   options_.share_manager_binary,
-                                   "daemon",
-                                   "--volume",
-                                   spec.volume(),
-                                   "--epoch",
-                                   std::to_string(epoch),
-                                   "--export-dir",
-                                   volume_dir + "/export",
-                                   "--state-dir",
-                                   volume_dir + "/state",
-                                   "--nfs-address",
-                                   "127.0.0.1",
-                                   "--nfs-port",
-                                   std::to_string(pod.nfs_port),
-                                   "--listen",
-                                   pod.endpoint};
+  std::vector<std::string> argv = {"/bin/sh", "-c",
+                                   // Waits for "go" (sent once the pod is recorded);
+                                   // EOF (the controller died first) ends it.
+                                   "read -r go && [ \"$go\" = go ] || exit 1; "
+                                   "log=$1; shift; exec \"$@\" </dev/null >>\"$log\" 2>&1",
+                                   "sh", log, options_.share_manager_binary, "daemon", "--volume",
+                                   spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
+                                   volume_dir + "/export", "--state-dir", volume_dir + "/state",
+                                   "--nfs-address", "127.0.0.1", "--nfs-port",
+                                   std::to_string(pod.nfs_port), "--listen", pod.endpoint};
   argv.insert(argv.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
   argv.insert(argv.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
   if (options_.share_manager_binary.find('/') != std::string::npos &&
@@ -390,7 +407,17 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     return absl::FailedPreconditionError(
         absl::StrCat("cannot execute ", options_.share_manager_binary, ": ", strerror(errno)));
   }
-  auto process = SpawnOnMonitor(argv);
+  // The pod starts held: its share-manager is exec'd only once the record
+  // below exists, so a controller that dies in between leaves no unrecorded
+  // server (the held shell sees EOF and exits).
+  int gate[2];
+  if (pipe2(gate, O_CLOEXEC) != 0) {
+    done();
+    return absl::UnavailableError(absl::StrCat("pipe: ", strerror(errno)));
+  }
+  base::UniqueFd gate_read(gate[0]), gate_write(gate[1]);
+  auto process = SpawnOnMonitor(argv, gate_read.get());
+  gate_read.reset();
   if (!process.ok()) {
     done();
     return process.status();
@@ -408,6 +435,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   if (auto s = base::WriteFileAtomically(local.record_path,
                                          FormatRecord(pod, local.pid, local.start_ticks), 0644);
       !s.ok()) {
+    gate_write.reset();  // never released: the held shell exits
     process->SignalGroup(SIGKILL);
     pollfd p{.fd = process->pidfd(), .events = POLLIN, .revents = 0};
     poll(&p, 1, 10'000);
@@ -415,14 +443,19 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     done();
     return s;
   }
+  if (write(gate_write.get(), "go\n", 3) != 3) {
+    spdlog::warn("pod {}: could not release it ({}); it exits and is seen gone", pod.name,
+                 strerror(errno));
+  }
+  gate_write.reset();
   pod.phase = PodPhase::kRunning;
   local.pod = pod;
   local.child = *std::move(process);
   {
     std::lock_guard lock(mu_);
-    // Our unreaped child: its pidfd opens even if it has exited already (the
-    // monitor then reaps it).
-    base::UniqueFd pidfd(PidfdOpen(local.pid));
+    // A copy of the child's own pidfd (no new pidfd_open that could fail
+    // under fd pressure and leave the pod "running" for ever).
+    base::UniqueFd pidfd(fcntl(local.child->pidfd(), F_DUPFD_CLOEXEC, 0));
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = pidfd.get();
@@ -439,13 +472,15 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
 }
 
 absl::StatusOr<supervisor::ChildProcess> LocalPodRuntime::SpawnOnMonitor(
-    const std::vector<std::string>& argv) {
+    const std::vector<std::string>& argv, int stdin_fd) {
   // On the monitor thread: a PR_SET_PDEATHSIG follows the thread that forked,
   // and ephemeral pods must live as long as the runtime, not as long as
   // whichever controller worker created them.
   const int death_signal = options_.ephemeral ? SIGKILL : 0;
   auto task = std::make_shared<std::packaged_task<absl::StatusOr<supervisor::ChildProcess>()>>(
-      [argv, death_signal] { return supervisor::ChildProcess::Spawn(argv, death_signal); });
+      [argv, death_signal, stdin_fd] {
+        return supervisor::ChildProcess::Spawn(argv, death_signal, stdin_fd);
+      });
   auto result = task->get_future();
   {
     std::lock_guard lock(mu_);
@@ -544,6 +579,7 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
   bool changed = false;
   {
     std::lock_guard lock(mu_);
+    if (!load_error_.empty()) return absl::DataLossError(load_error_);
     if (auto bad = bad_records_.find(volume); bad != bad_records_.end()) {
       return absl::DataLossError(absl::StrCat("unreadable pod record ", bad->second));
     }

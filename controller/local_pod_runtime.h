@@ -120,7 +120,9 @@ class LocalPodRuntime final : public PodRuntime {
   bool Refresh(LocalPod& local);
   void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks);
   void SignalAll(LocalPod& local, int sig);
-  absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv);
+  // `stdin_fd`: the pod's stdin (the gate that holds it until it is recorded).
+  absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv,
+                                                          int stdin_fd);
   void Wake();
 
   LocalPodRuntimeOptions options_;
@@ -133,6 +135,8 @@ class LocalPodRuntime final : public PodRuntime {
   // Volumes with a pod record that cannot be read: List fails for them rather
   // than report "no pods" (which would start a second server).
   std::map<std::string, std::string> bad_records_;
+  // The work dir itself could not be listed at start: every List fails.
+  std::string load_error_;
   Listeners listeners_;
   base::UniqueFd epoll_;
   base::UniqueFd wakeup_;

@@ -285,7 +285,11 @@ Reconciler::Deletion Reconciler::DeletePods(const std::vector<const Pod*>& pods,
   std::map<std::string, RetryMark> kept;  // marks of pods no longer listed go
   for (const Pod* pod : pods) {
     RetryMark mark = marks.deletes[pod->name];
-    if (now >= mark.next_ms) {
+    if (pod->terminating) {
+      // Its deletion is under way (a grace period): nothing to ask, nothing
+      // failed; the runtime's pod-change wake-up says when it is gone.
+      mark = {.failures = 0, .next_ms = now + options_.resync_ms};
+    } else if (now >= mark.next_ms) {
       if (auto s = runtime_.Delete(pod->name); s.ok()) {
         // Deletion may take a while (a grace period): ask again only after a
         // resync if the pod is still listed then.

@@ -44,7 +44,7 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
 
 // Runs in the forked child: only async-signal-safe calls until exec.
 [[noreturn]] void ExecChild(const char* path, char* const* argv, int output, int devnull,
-                            int report, pid_t parent, int death_signal) {
+                            int report, pid_t parent, int death_signal, int stdin_fd) {
   setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
@@ -54,7 +54,7 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   // filesystem check gets SIGTERM instead, so it stops at a safe point.
   prctl(PR_SET_PDEATHSIG, death_signal);
   if (getppid() != parent) _exit(127);
-  dup2(devnull, STDIN_FILENO);
+  dup2(stdin_fd >= 0 ? stdin_fd : devnull, STDIN_FILENO);
   dup2(output, STDOUT_FILENO);
   dup2(output, STDERR_FILENO);
   execve(path, argv, environ);
@@ -98,7 +98,7 @@ std::string ChildExit::Describe() const {
 }
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
-                                                 int death_signal) {
+                                                 int death_signal, int stdin_fd) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   auto path = ResolveExecutable(argv[0]);
   if (!path.ok()) return path.status();
@@ -121,7 +121,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   if (pid < 0) return Errno("fork");
   if (pid == 0) {
     ExecChild(path->c_str(), args.data(), out_write.get(), devnull.get(), report_write.get(),
-              parent, death_signal);
+              parent, death_signal, stdin_fd);
   }
   OwnedPids().insert(pid);
   spawn_lock.unlock();

@@ -26,9 +26,10 @@ class ChildProcess {
  public:
   // Starts argv (argv[0] is looked up in PATH). Fails with a clear error when the
   // program cannot be executed; then no process is left behind. The child gets
-  // `death_signal` when the thread that spawned it ends (PR_SET_PDEATHSIG).
+  // `death_signal` when the thread that spawned it ends (PR_SET_PDEATHSIG; 0:
+  // none). Its stdin is `stdin_fd` when given, /dev/null otherwise.
   static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
-                                            int death_signal = SIGKILL);
+                                            int death_signal = SIGKILL, int stdin_fd = -1);
 
   ChildProcess(ChildProcess&&) = default;
   ChildProcess& operator=(ChildProcess&&) = default;
