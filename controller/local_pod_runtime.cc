@@ -432,8 +432,11 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   local.state_dir = volume_dir + "/state";
   // Recorded before Create returns: a controller that restarts from here on
   // finds the pod instead of reading its absence as "gone".
+  // Not fsynced: it must outlive the controller process, not the machine
+  // (a reboot ends the pod too, and its pid and start time with it).
   if (auto s = base::WriteFileAtomically(local.record_path,
-                                         FormatRecord(pod, local.pid, local.start_ticks), 0644);
+                                         FormatRecord(pod, local.pid, local.start_ticks), 0644,
+                                         base::Durability::kReplaced);
       !s.ok()) {
     gate_write.reset();  // never released: the held shell exits
     process->SignalGroup(SIGKILL);
