@@ -20,6 +20,7 @@
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace controller {
 namespace {
@@ -27,14 +28,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return done();
-}
+using testing_support::WaitFor;
 
 // Kills the pids it was given (their groups too) when the test ends.
 struct Reaper {

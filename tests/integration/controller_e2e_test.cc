@@ -26,6 +26,7 @@
 #include "tests/support/nfs_client.h"
 #include "tests/support/slow_fsck.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace controller {
 namespace {
@@ -148,14 +149,7 @@ class Writer {
   std::thread thread_;
 };
 
-bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return done();
-}
+using testing_support::WaitFor;
 
 void CheckAllReadBack(uint16_t port, const std::vector<std::string>& files) {
   for (const auto& name : files) {

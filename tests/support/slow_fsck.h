@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace testing_support {
 
@@ -63,12 +64,7 @@ class SlowFsck {
   }
   // Waits until the log has `n` lines starting with `word`.
   bool WaitCount(const std::string& word, int n, std::chrono::milliseconds timeout) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Count(word) >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return WaitFor([&] { return Count(word) >= n; }, timeout);
   }
 
  private:
