@@ -143,12 +143,15 @@ void VolumeMonitor::Check() {
         }
         return absl::OkStatus();
       },
-      [this, probed](absl::Status) {
-        // A probe that raced an Unmount or a repair saw a volume in transit.
-        if (owner_.Snapshot().state == VolumeState::kMounted && !repair_requested_) {
+      [this, probed, repairs = repairs_](absl::Status) {
+        // A probe that raced an Unmount or a repair saw a volume in transit:
+        // one that read mountinfo before a repair finished would ask for the
+        // same repair again (one event, two remount generations).
+        const bool stale = repairs != repairs_;
+        if (!stale && owner_.Snapshot().state == VolumeState::kMounted && !repair_requested_) {
           OnHealth(std::move(*probed));
         }
-        if (std::exchange(recheck_, false)) Check();
+        if (std::exchange(recheck_, false) || stale) Check();
       });
 }
 
@@ -179,6 +182,7 @@ void VolumeMonitor::OnHealth(Health health) {
 
 void VolumeMonitor::Repair() {
   repair_requested_ = true;
+  ++repairs_;
   if (health_.condition == VolumeCondition::kReadOnly) {
     spdlog::info("repairing {}: remount read-write", volume_.target);
     owner_.RepairInPlace(health_.detail,

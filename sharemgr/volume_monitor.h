@@ -89,6 +89,9 @@ class VolumeMonitor {
   Health health_;
   // A repair was handed to the owner and has not reported back.
   bool repair_requested_ = false;
+  // Counts repair requests and their ends: a probe result from before the
+  // latest of them describes a volume that has changed since.
+  uint64_t repairs_ = 0;
   // A check was asked for while a probe ran: probe again when it returns, so
   // the newest state (e.g. right after a repair) is seen at once.
   bool recheck_ = false;
