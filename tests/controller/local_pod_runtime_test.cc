@@ -5,7 +5,6 @@
 #include "controller/local_pod_runtime.h"
 
 #include <doctest/doctest.h>
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,6 +18,7 @@
 #include "base/files.h"
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
+#include "tests/controller/fake_share_manager.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
 
@@ -254,39 +254,6 @@ TEST_CASE("local runtime: a new runtime over the same work dir adopts a running 
   CHECK(heard > 0);
   second.Shutdown();
 }
-
-namespace {
-
-class FixedShareManager final : public sharemanager::v1::ShareManager::Service {
- public:
-  explicit FixedShareManager(sharemanager::v1::ShareStatus status) : status_(std::move(status)) {}
-  grpc::Status GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
-                         sharemanager::v1::ShareStatus* out) override {
-    *out = status_;
-    return grpc::Status::OK;
-  }
-
- private:
-  sharemanager::v1::ShareStatus status_;
-};
-
-ShareObservation ObserveWith(const sharemanager::v1::ShareStatus& status, const Pod& base) {
-  FixedShareManager service(status);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  const auto server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  Pod pod = base;
-  pod.endpoint = "127.0.0.1:" + std::to_string(port);
-  GrpcShareConnector connector({.deadline = milliseconds(2000)});
-  auto seen = connector.Observe(pod);
-  server->Shutdown();
-  return seen;
-}
-
-}  // namespace
 
 TEST_CASE("connector: an answer from another volume, epoch or instance is not health") {
   const Pod pod{.name = PodName("vol-a", 3),

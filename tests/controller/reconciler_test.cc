@@ -4,14 +4,13 @@
 #include "controller/reconciler.h"
 
 #include <doctest/doctest.h>
-#include <grpcpp/grpcpp.h>
 
 #include <limits>
 #include <memory>
-#include <mutex>
 
 #include "controller/conditions.h"
 #include "controller/grpc_share_connector.h"
+#include "tests/controller/fake_share_manager.h"
 #include "tests/controller/sim_fixture.h"
 
 namespace controller {
@@ -429,43 +428,9 @@ TEST_CASE("repair: a report that carries another epoch is not honoured") {
   CHECK(FindCondition(st, condition::kHealthy)->message().find("epoch 7") != std::string::npos);
 }
 
-namespace {
-
-// A share-manager that publishes whatever status it is given.
-class PublishingShareManager final : public sharemanager::v1::ShareManager::Service {
- public:
-  void Publish(sharemanager::v1::ShareStatus status) {
-    std::lock_guard lock(mu_);
-    status_ = std::move(status);
-  }
-  grpc::Status GetStatus(grpc::ServerContext*, const sharemanager::v1::GetStatusRequest*,
-                         sharemanager::v1::ShareStatus* out) override {
-    std::lock_guard lock(mu_);
-    *out = status_;
-    return grpc::Status::OK;
-  }
-
- private:
-  std::mutex mu_;
-  sharemanager::v1::ShareStatus status_;
-};
-
-}  // namespace
-
 TEST_CASE("repair: the gRPC connector reports the repair a share-manager publishes") {
-  PublishingShareManager service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  const auto server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  GrpcShareConnector connector;
-  const Pod pod{.name = PodName("vol", 3),
-                .volume = "vol",
-                .epoch = 3,
-                .phase = PodPhase::kRunning,
-                .endpoint = "127.0.0.1:" + std::to_string(port)};
+  const Pod pod{
+      .name = PodName("vol", 3), .volume = "vol", .epoch = 3, .phase = PodPhase::kRunning};
 
   sharemanager::v1::ShareStatus published;
   published.set_state(sharemanager::v1::DEGRADED);
@@ -473,8 +438,7 @@ TEST_CASE("repair: the gRPC connector reports the repair a share-manager publish
   published.set_volume_state(sharemanager::v1::VOLUME_REPAIRING);
   published.mutable_repair()->set_what(kFsck);
   published.mutable_repair()->set_elapsed_ms(420'000);
-  service.Publish(published);
-  auto seen = connector.Observe(pod);
+  auto seen = ObserveWith(published, pod);
   REQUIRE(seen.reachable);
   CHECK(seen.epoch == 3);
   CHECK(seen.volume_state == sharemanager::v1::VOLUME_REPAIRING);
@@ -484,12 +448,10 @@ TEST_CASE("repair: the gRPC connector reports the repair a share-manager publish
 
   published.clear_repair();  // the repair ended: none is reported
   published.set_volume_state(sharemanager::v1::VOLUME_MOUNTED);
-  service.Publish(published);
-  seen = connector.Observe(pod);
+  seen = ObserveWith(published, pod);
   REQUIRE(seen.reachable);
   CHECK(seen.volume_state == sharemanager::v1::VOLUME_MOUNTED);
   CHECK_FALSE(seen.repair.has_value());
-  server->Shutdown();
 }
 
 // Issue 13: every duration on the monotonic clock, backoffs that hold,
