@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -50,6 +51,21 @@ absl::Status ValidateVolumeName(absl::string_view name) {
   }
   if (!IsLowerAlnum(name.front()) || !IsLowerAlnum(name.back())) {
     return bad("must start and end with a letter or digit");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePodUid(absl::string_view uid) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pod-uid '", Printable(uid), "' is not a valid instance id: ", why));
+  };
+  if (uid.empty()) return bad("it is empty");
+  if (uid.size() > 64) return bad("longer than 64 characters");
+  for (char c : uid) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') {
+      return bad("only letters, digits and '-' allowed");
+    }
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,10 @@ absl::Status ValidateConfigPath(absl::string_view flag, absl::string_view path);
 absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_view path,
                                           bool resolve_symlinks);
 
+// An instance id (--pod-uid, e.g. a Kubernetes pod UID): 1-64 characters of
+// [A-Za-z0-9-]; it is compared byte for byte, so no spelling variants.
+absl::Status ValidatePodUid(absl::string_view uid);
+
 // An IPv4 or IPv6 address literal.
 absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address);
 

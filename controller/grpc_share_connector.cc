@@ -5,19 +5,21 @@
 namespace controller {
 
 std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& status) {
-  // An empty volume is "not stated" (every share-manager states it; fakes may
-  // not); another volume is never ours.
-  bool same =
-      (status.volume().empty() || status.volume() == pod.volume) && status.epoch() == pod.epoch;
-  if (same && pod.started_unix_ms != 0) {
+  // Every share-manager states its volume: an empty one is a stranger too.
+  bool same = status.volume() == pod.volume && status.epoch() == pod.epoch;
+  if (same && !pod.uid.empty()) {
+    same = status.pod_uid() == pod.uid;
+  } else if (same && pod.started_unix_ms != 0) {
     const int64_t delta = status.started_unix_ms() - pod.started_unix_ms;
     same = delta >= -2000 && delta <= 60'000;
   }
   if (same) return "";
-  return absl::StrCat("unreachable: ", pod.endpoint, " answered by volume '", status.volume(),
-                      "' epoch ", status.epoch(), " started at ", status.started_unix_ms(),
-                      " ms, not pod ", pod.name, " (volume '", pod.volume, "' epoch ", pod.epoch,
-                      " started at ", pod.started_unix_ms, " ms)");
+  return absl::StrCat(
+      "unreachable: ", pod.endpoint, " answered by volume '", status.volume(), "' epoch ",
+      status.epoch(), " started at ", status.started_unix_ms(), " ms, not pod ", pod.name,
+      " (volume '", pod.volume, "' epoch ", pod.epoch, " started at ", pod.started_unix_ms, " ms",
+      pod.uid.empty() ? "" : absl::StrCat(" uid ", pod.uid), ")",
+      pod.uid.empty() ? "" : absl::StrCat("; it reports uid '", status.pod_uid(), "'"));
 }
 
 std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& endpoint) {

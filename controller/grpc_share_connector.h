@@ -13,7 +13,8 @@ namespace controller {
 
 // Why `status` is not from `pod`'s share-manager (another volume, epoch or
 // instance answers on its endpoint), or "" when it is. The instance check
-// compares the share-manager's own start stamp with the pod's
+// compares the pod's uid with the one the share-manager reports (--pod-uid);
+// for a pod without a uid, the share-manager's own start stamp with the pod's
 // started_unix_ms: within [-2 s, +60 s] (the daemon stamps itself shortly
 // after exec; both stamps were taken on this machine's clock at the time).
 std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& status);

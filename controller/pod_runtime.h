@@ -33,6 +33,10 @@ struct Pod {
   // When the pod's share-manager started (wall clock, Unix ms; 0 unknown): who
   // answers on `endpoint` must be this instance, not a successor or stranger.
   int64_t started_unix_ms = 0;
+  // The instance id the pod's share-manager was given (--pod-uid) and reports
+  // in its status; empty when the runtime gives none (then started_unix_ms
+  // tells instances apart).
+  std::string uid;
 };
 
 // The pod name for (volume, epoch): one pod per epoch, so names never repeat.

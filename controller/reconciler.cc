@@ -55,7 +55,7 @@ std::optional<ShareObservation> FromCurrentPod(const std::optional<ShareObservat
   std::string wrong;
   if (share->epoch != epoch) {
     wrong = absl::StrCat("answered for epoch ", share->epoch, ", not ", epoch);
-  } else if (!share->volume.empty() && share->volume != record.spec().volume()) {
+  } else if (share->volume != record.spec().volume()) {
     wrong = absl::StrCat("answered for volume ", share->volume, ", not ", record.spec().volume());
   } else if (share->handled_generation > record.status().remount_requested_generation()) {
     wrong = absl::StrCat("answered remount generation ", share->handled_generation,

@@ -30,7 +30,7 @@ struct ShareObservation {
   uint64_t epoch = 0;
   // Who answered: the connector reports an answer from another volume, epoch
   // or share-manager instance than the pod's as unreachable, never as health;
-  // the reconciler checks volume and epoch again. Empty volume: not reported.
+  // the reconciler checks volume and epoch again.
   std::string volume;
   int64_t started_unix_ms = 0;
   sharemanager::v1::VolumeState volume_state = sharemanager::v1::VOLUME_STATE_UNSPECIFIED;

@@ -288,6 +288,7 @@ int Daemon::Run() {
     s.set_state(v1::STARTING);
     s.set_reason(owner_ ? "preparing the volume" : "starting ganesha");
     s.set_epoch(config_.epoch);
+    s.set_pod_uid(config_.pod_uid);
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
     FillShare(s);
   });

@@ -87,6 +87,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--epoch", f.epoch,
                  "Fencing epoch; mutating calls with another non-zero epoch are refused")
       ->capture_default_str();
+  app.add_option("--pod-uid", f.pod_uid,
+                 "Instance id reported in the status (e.g. the Kubernetes pod UID), so a "
+                 "controller can tell this share-manager from another on the same address");
   app.add_option("--ganesha-bin", f.ganesha_bin, "ganesha executable")->capture_default_str();
   app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
       ->capture_default_str();
@@ -128,6 +131,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (auto s = base::ValidateVolumeName(f.volume); !s.ok()) return s;
+  if (!f.pod_uid.empty()) {
+    if (auto s = base::ValidatePodUid(f.pod_uid); !s.ok()) return s;
+  }
   // Paths are used in the one spelling the kernel reports (mountinfo), so
   // "/x/export/" or a symlinked component still matches the mount target.
   auto state_dir = base::NormalizePath(
@@ -241,6 +247,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .config_path = config_path,
       .probe_host = ProbeHost(f.nfs_address),
       .epoch = f.epoch,
+      .pod_uid = f.pod_uid,
       .supervisor = std::move(sup),
       .volume = std::move(volume),
       .volume_probe_interval = *volume_probe,

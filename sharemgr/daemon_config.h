@@ -38,6 +38,7 @@ struct DaemonFlags {
   int64_t max_deaths = 5;
   std::string death_window = "10m";
   uint64_t epoch = 0;
+  std::string pod_uid;
   std::string ganesha_bin = "ganesha.nfsd";
   std::string plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha";
   // Block-device volume (optional; without it the export directory is served as is).
@@ -66,6 +67,7 @@ struct DaemonConfig {
   std::string config_path;
   std::string probe_host;  // where the NULL probe connects
   uint64_t epoch = 0;
+  std::string pod_uid;  // empty: not given
   supervisor::SupervisorOptions supervisor;
   std::optional<VolumeConfig> volume;
   base::Duration volume_probe_interval{1000};

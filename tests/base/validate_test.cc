@@ -25,6 +25,21 @@ TEST_CASE("volume names are DNS-1123 labels") {
   CHECK(base::ValidateVolumeName(std::string(63, 'a')).ok());
 }
 
+TEST_CASE("instance ids (--pod-uid) are 1-64 letters, digits and dashes") {
+  for (const char* good : {"a", "3f2b6c1e-8d7a-4c1b-9b8e-2f1d5a6c7b8d", "ABC-123"}) {
+    CAPTURE(good);
+    CHECK(base::ValidatePodUid(good).ok());
+  }
+  CHECK(base::ValidatePodUid(std::string(64, 'a')).ok());
+  for (const std::string& bad : {std::string(""), std::string(65, 'a'), std::string("a b"),
+                                 std::string("a_b"), std::string("a\nb"), std::string("a/b")}) {
+    CAPTURE(bad);
+    const auto status = base::ValidatePodUid(bad);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(status.message()).find("--pod-uid") == 0);
+  }
+}
+
 TEST_CASE("config paths are absolute and cannot escape a quoted ganesha.conf string") {
   for (const char* good : {"/export/pvc-1", "/", "/a b/c", "/var/lib/share-manager/x.y"}) {
     CAPTURE(good);

@@ -282,6 +282,40 @@ TEST_CASE("connector: an answer from another volume, epoch or instance is not he
   seen = ObserveWith(later, pod);
   CHECK_FALSE(seen.reachable);
   CHECK(seen.error.find("unreachable") != std::string::npos);
+
+  auto unnamed = status;  // every share-manager states its volume
+  unnamed.clear_volume();
+  seen = ObserveWith(unnamed, pod);
+  CHECK_FALSE(seen.reachable);
+  CHECK(seen.error.find("answered by volume ''") != std::string::npos);
+}
+
+TEST_CASE("connector: a pod with a uid is answered for only by the share-manager given that uid") {
+  const Pod pod{.name = PodName("vol-a", 3),
+                .volume = "vol-a",
+                .epoch = 3,
+                .phase = PodPhase::kRunning,
+                .started_unix_ms = 1'700'000'000'000,
+                .uid = "uid-1"};
+  sharemanager::v1::ShareStatus status;
+  status.set_state(sharemanager::v1::SERVING);
+  status.set_volume("vol-a");
+  status.set_epoch(3);
+  // The start stamp does not count when there is a uid: a clock step between
+  // the two stamps cannot make the pod's own answer foreign.
+  status.set_started_unix_ms(pod.started_unix_ms + 3'600'000);
+  status.set_pod_uid("uid-1");
+  CHECK(ObserveWith(status, pod).reachable);
+
+  for (const char* uid : {"uid-2", ""}) {
+    CAPTURE(uid);
+    auto other = status;  // same volume and epoch, started at the same moment
+    other.set_pod_uid(uid);
+    other.set_started_unix_ms(pod.started_unix_ms + 100);
+    const auto seen = ObserveWith(other, pod);
+    CHECK_FALSE(seen.reachable);
+    CHECK(seen.error.find("uid uid-1") != std::string::npos);
+  }
 }
 
 }  // namespace controller

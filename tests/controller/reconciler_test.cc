@@ -434,6 +434,7 @@ TEST_CASE("repair: the gRPC connector reports the repair a share-manager publish
 
   sharemanager::v1::ShareStatus published;
   published.set_state(sharemanager::v1::DEGRADED);
+  published.set_volume("vol");
   published.set_epoch(3);
   published.set_volume_state(sharemanager::v1::VOLUME_REPAIRING);
   published.mutable_repair()->set_what(kFsck);

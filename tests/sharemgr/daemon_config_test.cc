@@ -47,6 +47,7 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
       {[](DaemonFlags& f) { f.stop_timeout = "soon"; }, "--stop-timeout"},
       {[](DaemonFlags& f) { f.grace_period = 10; }, "--grace-period"},
       {[](DaemonFlags& f) { f.nfs_port = 70000; }, "--nfs-port"},
+      {[](DaemonFlags& f) { f.pod_uid = "uid with spaces"; }, "--pod-uid"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.flag);
