@@ -51,7 +51,7 @@ void Controller::Stop() {
   queue_->ShutDown();
   for (auto& w : workers_) w.join();
   workers_.clear();
-  std::lock_guard lock(watches_mu_);
+  absl::MutexLock lock(&watches_mu_);
   watches_.clear();
 }
 
@@ -79,7 +79,7 @@ void Controller::FollowHealth(const std::string& name) {
   const std::string endpoint = record.ok() ? record->status().endpoint() : "";
   std::unique_ptr<StatusWatch> old;
   {
-    std::lock_guard lock(watches_mu_);
+    absl::MutexLock lock(&watches_mu_);
     auto& [watched, watch] = watches_[name];
     if (watched == endpoint) return;
     old = std::move(watch);

@@ -6,10 +6,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/reconciler.h"
 #include "controller/share_client.h"
 #include "controller/work_queue.h"
@@ -51,9 +52,10 @@ class Controller {
   // Shared only with the store's and runtime's listeners, weakly (see Start).
   std::shared_ptr<WorkQueue> queue_;
   std::vector<std::thread> workers_;
-  std::mutex watches_mu_;
+  absl::Mutex watches_mu_;
   // share -> (endpoint, watch)
-  std::map<std::string, std::pair<std::string, std::unique_ptr<StatusWatch>>> watches_;
+  std::map<std::string, std::pair<std::string, std::unique_ptr<StatusWatch>>> watches_
+      ABSL_GUARDED_BY(watches_mu_);
   bool started_ = false;
 };
 

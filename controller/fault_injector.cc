@@ -5,34 +5,44 @@
 namespace controller {
 
 void FaultInjector::FailCall(uint64_t k, Fault fault) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   scheduled_[calls_ + k] = fault;
 }
 
 void FaultInjector::Randomize(uint64_t seed, double probability) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   rng_.seed(seed);
   probability_ = probability;
 }
 
+void FaultInjector::SetDelay(std::chrono::milliseconds delay) {
+  absl::MutexLock lock(&mu_);
+  delay_ = delay;
+}
+
 void FaultInjector::Disable() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   scheduled_.clear();
   probability_ = 0;
 }
 
 uint64_t FaultInjector::calls() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return calls_;
 }
 
 uint64_t FaultInjector::fired() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return fired_;
 }
 
+std::chrono::milliseconds FaultInjector::delay() const {
+  absl::MutexLock lock(&mu_);
+  return delay_;
+}
+
 Fault FaultInjector::Next() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   ++calls_;
   if (auto it = scheduled_.find(calls_); it != scheduled_.end()) {
     const Fault fault = it->second;

@@ -6,12 +6,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace controller {
 
@@ -30,7 +31,7 @@ class FaultInjector {
   // Each call fails with `probability`, choosing uniformly among kFail,
   // kTimeoutBefore and kTimeoutAfter; deterministic for a seed.
   void Randomize(uint64_t seed, double probability);
-  void SetDelay(std::chrono::milliseconds delay) { delay_ = delay; }
+  void SetDelay(std::chrono::milliseconds delay);
   void Disable();
 
   // Called once per wrapped call.
@@ -38,19 +39,19 @@ class FaultInjector {
   uint64_t calls() const;
   // How many calls got a fault so far.
   uint64_t fired() const;
-  std::chrono::milliseconds delay() const { return delay_; }
+  std::chrono::milliseconds delay() const;
 
   // The error a fault returns, naming the operation.
   static absl::Status Error(Fault fault, const std::string& operation);
 
  private:
-  mutable std::mutex mu_;
-  uint64_t calls_ = 0;
-  uint64_t fired_ = 0;
-  std::map<uint64_t, Fault> scheduled_;
-  std::mt19937_64 rng_;
-  double probability_ = 0;
-  std::chrono::milliseconds delay_{0};
+  mutable absl::Mutex mu_;
+  uint64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t fired_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Fault> scheduled_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  double probability_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds delay_ ABSL_GUARDED_BY(mu_){0};
 };
 
 // Runs `call` under the next fault: the shared body of every faulty wrapper.

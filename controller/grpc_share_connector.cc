@@ -23,7 +23,7 @@ std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& s
 }
 
 std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& endpoint) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto& client = clients_[endpoint];
   if (!client) client = std::make_shared<ShareClient>(endpoint, options_);
   return client;
@@ -32,7 +32,7 @@ std::shared_ptr<ShareClient> GrpcShareConnector::ClientFor(const std::string& en
 // A channel that failed to connect sits out gRPC's reconnect backoff; a pod
 // that is just starting must be seen as soon as it listens, so start afresh.
 void GrpcShareConnector::Forget(const std::string& endpoint) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   clients_.erase(endpoint);
 }
 

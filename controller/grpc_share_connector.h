@@ -4,8 +4,9 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/share_client.h"
 #include "controller/share_connector.h"
 
@@ -31,8 +32,8 @@ class GrpcShareConnector final : public ShareConnector {
   void Forget(const std::string& endpoint);
 
   ShareClientOptions options_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<ShareClient>> clients_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ShareClient>> clients_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace controller

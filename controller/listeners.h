@@ -3,9 +3,11 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace controller {
 
@@ -14,22 +16,22 @@ class Listeners {
   using Listener = std::function<void(const std::string& key)>;
 
   void Add(Listener listener) {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     listeners_.push_back(std::move(listener));
   }
 
   void Notify(const std::string& key) const {
     std::vector<Listener> listeners;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       listeners = listeners_;
     }
     for (const auto& l : listeners) l(key);
   }
 
  private:
-  mutable std::mutex mu_;
-  std::vector<Listener> listeners_;
+  mutable absl::Mutex mu_;
+  std::vector<Listener> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace controller

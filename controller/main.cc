@@ -15,7 +15,9 @@
 #include <iostream>
 #include <map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "base/file_lock.h"
 #include "base/files.h"
@@ -167,9 +169,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Declared before the store: its watcher (below) prints with them.
-  std::mutex print_mu;
-  std::map<std::string, std::string> last_line;
+  // Declared before the store: its watcher (below) prints with it.
+  struct {
+    absl::Mutex mu;
+    std::map<std::string, std::string> last_line ABSL_GUARDED_BY(mu);
+  } printed;
   std::unique_ptr<controller::MemoryStore> store;
   if (store_file.empty()) {
     store = std::make_unique<controller::MemoryStore>();
@@ -224,9 +228,9 @@ int main(int argc, char** argv) {
     const std::string line =
         fmt::format("{} {} epoch={} pod={} {}", name, v1::Phase_Name(st.phase()), st.epoch(),
                     st.pod().empty() ? "-" : st.pod(), st.reason());
-    std::lock_guard lock(print_mu);
-    if (last_line[name] == line) return;
-    last_line[name] = line;
+    absl::MutexLock lock(&printed.mu);
+    if (printed.last_line[name] == line) return;
+    printed.last_line[name] = line;
     spdlog::info("{}", line);
   });
 

@@ -22,6 +22,8 @@ absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::OpenFile(const std::st
   }
   int line_no = 0;
   const std::vector<std::string> lines = absl::StrSplit(*content, '\n');
+  // No other thread sees the store yet; locked all the same, as every access is.
+  absl::MutexLock lock(&store->mu_);
   for (const std::string& line : lines) {
     ++line_no;
     if (line.empty()) continue;
@@ -54,14 +56,14 @@ absl::Status MemoryStore::PersistLocked() const {
 }
 
 absl::StatusOr<ShareRecord> MemoryStore::Get(const std::string& name) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = records_.find(name);
   if (it == records_.end()) return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
   return it->second;
 }
 
 absl::StatusOr<std::vector<ShareRecord>> MemoryStore::List() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<ShareRecord> out;
   out.reserve(records_.size());
   for (const auto& [name, record] : records_) out.push_back(record);
@@ -70,7 +72,7 @@ absl::StatusOr<std::vector<ShareRecord>> MemoryStore::List() {
 
 absl::StatusOr<ShareRecord> MemoryStore::Create(ShareRecord record) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (records_.contains(record.name())) {
       return absl::AlreadyExistsError(absl::StrCat("share ", record.name(), " exists"));
     }
@@ -89,7 +91,7 @@ absl::StatusOr<ShareRecord> MemoryStore::Create(ShareRecord record) {
 absl::StatusOr<ShareRecord> MemoryStore::Update(const ShareRecord& record) {
   ShareRecord stored;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = records_.find(record.name());
     if (it == records_.end()) {
       return absl::NotFoundError(absl::StrCat("share ", record.name(), " not found"));
@@ -116,7 +118,7 @@ absl::StatusOr<ShareRecord> MemoryStore::Update(const ShareRecord& record) {
 
 absl::Status MemoryStore::Delete(const std::string& name) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = records_.find(name);
     if (it == records_.end())
       return absl::NotFoundError(absl::StrCat("share ", name, " not found"));

@@ -3,11 +3,12 @@
 // restart.
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/listeners.h"
 #include "controller/store.h"
 
@@ -30,11 +31,11 @@ class MemoryStore final : public Store {
   void Watch(Listener listener) override;
 
  private:
-  absl::Status PersistLocked() const;
+  absl::Status PersistLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  std::unordered_map<std::string, ShareRecord> records_;
-  uint64_t version_ = 0;
+  absl::Mutex mu_;
+  std::unordered_map<std::string, ShareRecord> records_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::string path_;
   Listeners listeners_;
 };

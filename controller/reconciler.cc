@@ -257,7 +257,7 @@ Reconciler::Reconciler(Store& store, PodRuntime& runtime, ShareConnector& connec
       options_(options) {}
 
 ShareMarks& Reconciler::MarksFor(const std::string& name) {
-  std::lock_guard lock(marks_mu_);
+  absl::MutexLock lock(&marks_mu_);
   return marks_[name];
 }
 
@@ -313,7 +313,7 @@ Reconciler::Deletion Reconciler::DeletePods(const std::vector<const Pod*>& pods,
 PassResult Reconciler::RemovePods(const std::string& name) {
   std::string volume = name;  // shares are named after their volume
   {
-    std::lock_guard lock(marks_mu_);
+    absl::MutexLock lock(&marks_mu_);
     if (auto it = marks_.find(name); it != marks_.end() && !it->second.volume.empty()) {
       volume = it->second.volume;
     }
@@ -321,7 +321,7 @@ PassResult Reconciler::RemovePods(const std::string& name) {
   auto pods = runtime_.List(volume);
   if (!pods.ok()) return {.error = pods.status()};
   if (pods->empty()) {
-    std::lock_guard lock(marks_mu_);
+    absl::MutexLock lock(&marks_mu_);
     marks_.erase(name);
     return {};
   }

@@ -6,12 +6,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/conditions.h"
 #include "controller/pod_runtime.h"
 #include "controller/share_connector.h"
@@ -149,10 +150,10 @@ class Reconciler {
   const WallClock& wall_;
   const MonotonicClock& mono_;
   ReconcilerOptions options_;
-  std::mutex marks_mu_;
+  absl::Mutex marks_mu_;
   // By share name. A share is reconciled by one worker at a time, so an
   // entry is only ever used by one pass; the lock guards the map itself.
-  std::map<std::string, ShareMarks> marks_;
+  std::map<std::string, ShareMarks> marks_ ABSL_GUARDED_BY(marks_mu_);
 };
 
 }  // namespace controller

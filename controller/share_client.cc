@@ -89,11 +89,10 @@ StatusWatch::StatusWatch(std::string endpoint, std::function<void(const Event&)>
 
 StatusWatch::~StatusWatch() {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
     if (active_ != nullptr) active_->TryCancel();
   }
-  cv_.notify_all();
   thread_.join();
 }
 
@@ -104,7 +103,7 @@ void StatusWatch::Run() {
     auto stub = v1::ShareManager::NewStub(MakeChannel(endpoint_, milliseconds(2000)));
     grpc::ClientContext context;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stop_) return;
       active_ = &context;
     }
@@ -117,15 +116,16 @@ void StatusWatch::Run() {
     }
     const auto finished = stream->Finish();
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       active_ = nullptr;
       if (stop_) return;
     }
     on_event_({.status = std::nullopt,
                .error = finished.ok() ? "stream ended" : finished.error_message()});
     if (got_any) backoff = milliseconds(50);
-    std::unique_lock lock(mu_);
-    if (cv_.wait_for(lock, backoff, [this] { return stop_; })) return;
+    absl::MutexLock lock(&mu_);
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::FromChrono(backoff))) return;
     backoff = std::min(backoff * 2, max_backoff_);
   }
 }

@@ -8,15 +8,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 
@@ -74,10 +74,9 @@ class StatusWatch {
   std::string endpoint_;
   std::function<void(const Event&)> on_event_;
   milliseconds max_backoff_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  grpc::ClientContext* active_ = nullptr;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

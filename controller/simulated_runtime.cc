@@ -14,7 +14,7 @@ absl::StatusOr<Pod> SimulatedCluster::Create(const sharemanager::controller::v1:
           .phase = PodPhase::kRunning,
           .endpoint = absl::StrCat("sim:", spec.volume(), "/", epoch)};
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     pods_[pod.name] = SimPod{.pod = pod};
     by_volume_[pod.volume].push_back(pod.name);
@@ -50,7 +50,7 @@ void SimulatedCluster::ReapLocked() const {
 absl::Status SimulatedCluster::Delete(const std::string& name) {
   std::string volume;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++delete_calls_;
     if (TakeFailure(delete_failures_))
       return absl::UnavailableError("delete " + name + ": refused");
@@ -74,7 +74,7 @@ absl::Status SimulatedCluster::Delete(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volume) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReapLocked();
   std::vector<Pod> out;
   if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
@@ -87,7 +87,7 @@ void SimulatedCluster::Watch(Listener listener) { listeners_.Add(std::move(liste
 
 ShareObservation SimulatedCluster::Observe(const Pod& pod) {
   const Fault fault = rpc_faults_.Next();
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReapLocked();
   auto it = pods_.find(pod.name);
   if (it == pods_.end()) return {.error = "connection refused"};
@@ -116,7 +116,7 @@ ShareObservation SimulatedCluster::Observe(const Pod& pod) {
 absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
                                                  uint64_t generation) {
   const Fault fault = rpc_faults_.Next();
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReapLocked();
   ++mount_calls_;
   if (TakeFailure(mount_failures_)) return absl::UnavailableError("Mount: refused");
@@ -143,7 +143,7 @@ absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
 void SimulatedCluster::Kill(const std::string& name, int exit_code) {
   std::string volume;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pods_.find(name);
     if (it == pods_.end()) return;
     it->second.pod.phase = exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
@@ -154,7 +154,7 @@ void SimulatedCluster::Kill(const std::string& name, int exit_code) {
 }
 
 void SimulatedCluster::Change(const std::string& name, const std::function<void(SimPod&)>& change) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = pods_.find(name); it != pods_.end()) change(it->second);
 }
 
@@ -196,32 +196,32 @@ void SimulatedCluster::SetHandledGeneration(const std::string& name, uint64_t ge
 }
 
 void SimulatedCluster::SetDeleteLag(int64_t ms) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   delete_lag_ms_ = ms;
 }
 
 void SimulatedCluster::FailDeletes(int n) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   delete_failures_ = n;
 }
 
 void SimulatedCluster::FailMounts(int n) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   mount_failures_ = n;
 }
 
 uint64_t SimulatedCluster::delete_calls() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return delete_calls_;
 }
 
 uint64_t SimulatedCluster::mount_calls() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return mount_calls_;
 }
 
 std::vector<SimulatedCluster::SimPod> SimulatedCluster::Pods(const std::string& volume) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   ReapLocked();
   std::vector<SimPod> out;
   if (auto it = by_volume_.find(volume); it != by_volume_.end()) {

@@ -7,13 +7,14 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/fault_injector.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
@@ -84,27 +85,28 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   FaultInjector& rpc_faults() { return rpc_faults_; }
 
  private:
-  // Removes deleted pods whose lag is over. Under the lock.
-  void ReapLocked() const;
+  // Removes deleted pods whose lag is over.
+  void ReapLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a call fails by the FailDeletes / FailMounts budget. Under the lock.
   static bool TakeFailure(int& budget);
   // Applies `change` to the pod, if it exists, under the lock.
-  void Change(const std::string& pod, const std::function<void(SimPod&)>& change);
+  void Change(const std::string& pod, const std::function<void(SimPod&)>& change)
+      ABSL_LOCKS_EXCLUDED(mu_);
   int64_t NowMs() const { return clock_ != nullptr ? clock_->MonotonicMs() : 0; }
 
   const MonotonicClock* clock_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   // Mutable: reading them first reaps the pods whose deletion is over.
-  mutable std::map<std::string, SimPod> pods_;  // by pod name
-  mutable std::unordered_map<std::string, std::vector<std::string>> by_volume_;
-  mutable std::set<std::string> deleting_;  // pods with gone_at_ms
+  mutable std::map<std::string, SimPod> pods_ ABSL_GUARDED_BY(mu_);  // by pod name
+  mutable std::unordered_map<std::string, std::vector<std::string>> by_volume_ ABSL_GUARDED_BY(mu_);
+  mutable std::set<std::string> deleting_ ABSL_GUARDED_BY(mu_);  // pods with gone_at_ms
   Listeners listeners_;
   FaultInjector rpc_faults_;
-  int64_t delete_lag_ms_ = 0;
-  int delete_failures_ = 0;
-  int mount_failures_ = 0;
-  uint64_t delete_calls_ = 0;
-  uint64_t mount_calls_ = 0;
+  int64_t delete_lag_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  int delete_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  int mount_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t delete_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t mount_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace controller

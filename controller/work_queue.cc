@@ -17,11 +17,11 @@ void WorkQueue::AddLocked(const std::string& key) {
 
 void WorkQueue::Add(const std::string& key) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (shutdown_) return;
     AddLocked(key);
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WorkQueue::AddAfterLocked(const std::string& key, Clock::time_point at) {
@@ -37,16 +37,16 @@ void WorkQueue::AddAfterLocked(const std::string& key, Clock::time_point at) {
 void WorkQueue::AddAfter(const std::string& key, std::chrono::milliseconds delay) {
   if (delay.count() <= 0) return Add(key);
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (shutdown_) return;
     AddAfterLocked(key, Clock::now() + delay);
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (shutdown_) return;
     const size_t failures = failures_[key]++;
     auto delay = options_.base_backoff;
@@ -55,12 +55,12 @@ void WorkQueue::AddRateLimited(const std::string& key) {
     backoff_until_[key] = at;
     AddAfterLocked(key, at);
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WorkQueue::AddUnlessBackingOff(const std::string& key) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (shutdown_) return;
     auto it = backoff_until_.find(key);
     if (it != backoff_until_.end() && it->second > Clock::now()) {
@@ -69,17 +69,17 @@ void WorkQueue::AddUnlessBackingOff(const std::string& key) {
       AddLocked(key);
     }
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WorkQueue::Forget(const std::string& key) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   failures_.erase(key);
   backoff_until_.erase(key);
 }
 
 size_t WorkQueue::Failures(const std::string& key) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = failures_.find(key);
   return it == failures_.end() ? 0 : it->second;
 }
@@ -98,7 +98,7 @@ bool WorkQueue::TakeTokenLocked(Clock::time_point now, Clock::duration* wait) {
 }
 
 std::optional<std::string> WorkQueue::Get() {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (;;) {
     if (shutdown_) return std::nullopt;
     const auto now = Clock::now();
@@ -121,25 +121,25 @@ std::optional<std::string> WorkQueue::Get() {
       }
       wait = std::min(wait, token_wait);
     }
-    cv_.wait_for(lock, wait);
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(wait));
   }
 }
 
 void WorkQueue::Done(const std::string& key) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     processing_.erase(key);
     if (dirty_.erase(key) > 0) AddLocked(key);
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void WorkQueue::ShutDown() {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     shutdown_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 }  // namespace controller

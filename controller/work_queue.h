@@ -5,14 +5,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace controller {
 
@@ -46,25 +47,27 @@ class WorkQueue {
   size_t Failures(const std::string& key);
 
  private:
-  void AddLocked(const std::string& key);
-  void AddAfterLocked(const std::string& key, Clock::time_point at);
-  bool TakeTokenLocked(Clock::time_point now, Clock::duration* wait);
+  void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddAfterLocked(const std::string& key, Clock::time_point at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TakeTokenLocked(Clock::time_point now, Clock::duration* wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   WorkQueueOptions options_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<std::pair<Clock::time_point, std::string>> delayed_;
-  std::unordered_map<std::string, Clock::time_point> delayed_at_;
-  std::map<uint64_t, std::string> ready_;  // FIFO by sequence
-  std::unordered_set<std::string> queued_;
-  std::unordered_set<std::string> processing_;
-  std::unordered_set<std::string> dirty_;
-  std::unordered_map<std::string, size_t> failures_;
-  std::unordered_map<std::string, Clock::time_point> backoff_until_;
-  uint64_t seq_ = 0;
-  double tokens_;
-  Clock::time_point last_refill_;
-  bool shutdown_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::set<std::pair<Clock::time_point, std::string>> delayed_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Clock::time_point> delayed_at_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::string> ready_ ABSL_GUARDED_BY(mu_);  // FIFO by sequence
+  std::unordered_set<std::string> queued_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<std::string> processing_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, size_t> failures_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Clock::time_point> backoff_until_ ABSL_GUARDED_BY(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  double tokens_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point last_refill_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace controller

@@ -22,10 +22,12 @@ ctest --test-dir build -L container --verbose --output-on-failure
 echo "== Release build (-O3, as packagers build; warnings are errors here)"
 BUILD_DIR=build-release BUILD_TYPE=Release bash scripts/build.sh
 
-echo "== thread-safety analysis (clang -Wthread-safety over the binaries' code)"
+echo "== thread-safety analysis (clang -Wthread-safety over every library and both binaries)"
 cmake -S . -B build-tsa -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DBUILD_TESTING=OFF -DSHAREMGR_THREAD_SAFETY=ON >/dev/null
-cmake --build build-tsa -j "${JOBS:-2}" --target share-manager share-controller
+# Each library by name: one a binary stops linking is still analysed.
+cmake --build build-tsa -j "${JOBS:-2}" \
+  --target base supervisor sharemgr controller share-manager share-controller
 
 echo "== AddressSanitizer + UBSan build"
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON

@@ -4,15 +4,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <ctime>
 #include <iostream>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
@@ -143,25 +142,35 @@ class Client {
     context.set_wait_for_ready(false);
     // The first message must arrive within --timeout; after that the stream
     // runs until the server ends it or the user interrupts.
-    std::atomic<bool> first{false};
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
+    struct {
+      absl::Mutex mu;
+      bool first ABSL_GUARDED_BY(mu) = false;
+      bool done ABSL_GUARDED_BY(mu) = false;
+    } progress;
     std::thread guard([&] {
-      std::unique_lock lock(mu);
-      if (!cv.wait_for(lock, timeout_, [&] { return done || first.load(); })) context.TryCancel();
+      absl::MutexLock lock(&progress.mu);
+      auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress.mu) {
+        return progress.done || progress.first;
+      };
+      if (!progress.mu.AwaitWithTimeout(absl::Condition(&answered), absl::FromChrono(timeout_))) {
+        context.TryCancel();
+      }
     });
     auto reader = stub->WatchStatus(&context, v1::WatchStatusRequest());
     v1::ShareStatus status;
+    bool first = false;
     while (reader->Read(&status)) {
-      if (!first.exchange(true)) cv.notify_all();
+      if (!first) {
+        first = true;
+        absl::MutexLock lock(&progress.mu);
+        progress.first = true;
+      }
       std::cout << (flags_.json ? ToJson(status) : OneLine(status)) << std::endl;
     }
     {
-      std::lock_guard lock(mu);
-      done = true;
+      absl::MutexLock lock(&progress.mu);
+      progress.done = true;
     }
-    cv.notify_all();
     guard.join();
     const auto rpc = reader->Finish();
     if (!first) {

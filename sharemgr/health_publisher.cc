@@ -20,15 +20,14 @@ HealthPublisher::HealthPublisher(grpc::HealthCheckServiceInterface& health,
 
 HealthPublisher::~HealthPublisher() {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     quit_ = true;
   }
-  cv_.notify_all();
   watchdog_.join();
 }
 
 void HealthPublisher::OnState(State state) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   state_ = state;
   Apply();
 }
@@ -53,8 +52,9 @@ void HealthPublisher::Apply() {
 
 void HealthPublisher::Watchdog() {
   const auto period = stall_limit_ / 4;
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, period, [this] { return quit_; })) {
+  absl::MutexLock lock(&mu_);
+  auto quit = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return quit_; };
+  while (!mu_.AwaitWithTimeout(absl::Condition(&quit), absl::FromChrono(period))) {
     // Before the loop runs, the daemon is checking and mounting the volume
     // (e2fsck may take minutes); that phase is bounded by the startup probe,
     // and a liveness failure would only restart the check.

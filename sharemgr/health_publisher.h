@@ -3,12 +3,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "supervisor/health_state.h"
 
@@ -30,22 +30,21 @@ class HealthPublisher {
   HealthPublisher& operator=(const HealthPublisher&) = delete;
 
   // Any thread; called on every state change.
-  void OnState(supervisor::State state);
+  void OnState(supervisor::State state) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Apply();
-  void Watchdog();
+  void Apply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Watchdog() ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::HealthCheckServiceInterface& health_;
   std::function<base::TimePoint()> last_tick_;
   base::Duration stall_limit_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool quit_ = false;
-  supervisor::State state_ = supervisor::State::kStarting;
-  bool stalled_ = false;
-  std::optional<bool> published_ready_;  // what Watch streams last got
-  std::optional<bool> published_live_;
+  absl::Mutex mu_;
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  supervisor::State state_ ABSL_GUARDED_BY(mu_) = supervisor::State::kStarting;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<bool> published_ready_ ABSL_GUARDED_BY(mu_);  // what Watch streams last got
+  std::optional<bool> published_live_ ABSL_GUARDED_BY(mu_);
   std::thread watchdog_;
 };
 

@@ -4,11 +4,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "sharemanager/v1/sharemanager.pb.h"
 
 namespace sharemgr {
@@ -31,10 +31,9 @@ class StatusBoard {
   bool closed() const;
 
  private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  Status status_;
-  bool closed_ = false;
+  mutable absl::Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sharemgr

@@ -63,27 +63,22 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   _exit(127);
 }
 
-std::mutex& SpawnMutex() {
-  static std::mutex mu;
-  return mu;
-}
+ABSL_CONST_INIT absl::Mutex spawn_mu(absl::kConstInit);
 
-// Pids spawned here and not reaped yet; guarded by SpawnMutex().
-std::set<pid_t>& OwnedPids() {
+// Pids spawned here and not reaped yet.
+std::set<pid_t>& OwnedPids() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ChildProcess::SpawnMutex()) {
   static std::set<pid_t> pids;
   return pids;
 }
 
 void Disown(pid_t pid) {
-  std::lock_guard lock(SpawnMutex());
+  absl::MutexLock lock(&ChildProcess::SpawnMutex());
   OwnedPids().erase(pid);
 }
 
 }  // namespace
 
-std::unique_lock<std::mutex> ChildProcess::LockSpawns() {
-  return std::unique_lock<std::mutex>(SpawnMutex());
-}
+absl::Mutex& ChildProcess::SpawnMutex() { return spawn_mu; }
 
 bool ChildProcess::IsOwned(pid_t pid) { return OwnedPids().contains(pid); }
 
@@ -116,15 +111,19 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
 
   const pid_t parent = getpid();
   // Registered before any reaper can see it exit.
-  auto spawn_lock = LockSpawns();
+  SpawnMutex().Lock();
   const pid_t pid = fork();
-  if (pid < 0) return Errno("fork");
+  if (pid < 0) {
+    absl::Status forked = Errno("fork");
+    SpawnMutex().Unlock();
+    return forked;
+  }
   if (pid == 0) {
     ExecChild(path->c_str(), args.data(), out_write.get(), devnull.get(), report_write.get(),
               parent, death_signal, stdin_fd);
   }
   OwnedPids().insert(pid);
-  spawn_lock.unlock();
+  SpawnMutex().Unlock();
   setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
   out_write.reset();
   report_write.reset();

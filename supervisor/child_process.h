@@ -5,11 +5,12 @@
 #include <signal.h>
 #include <sys/types.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
 
 namespace supervisor {
@@ -54,10 +55,10 @@ class ChildProcess {
 
   // True for a process started by Spawn and not reaped yet. An orphan reaper
   // (waitpid on any child) must leave these alone: their owner reaps them
-  // through their pidfd and needs their exit status. Call with the lock from
-  // LockSpawns() held, so a Spawn cannot slip between the check and the reap.
-  static bool IsOwned(pid_t pid);
-  static std::unique_lock<std::mutex> LockSpawns();
+  // through their pidfd and needs their exit status. Call with SpawnMutex()
+  // held, so a Spawn cannot slip between the check and the reap.
+  static bool IsOwned(pid_t pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(SpawnMutex());
+  static absl::Mutex& SpawnMutex();
 
  private:
   ChildProcess(pid_t pid, base::UniqueFd pidfd, base::UniqueFd output)

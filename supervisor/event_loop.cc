@@ -50,7 +50,7 @@ void EventLoop::Unwatch(uint64_t token) {
 
 void EventLoop::Post(Task task) {
   {
-    std::lock_guard lock(posted_mu_);
+    absl::MutexLock lock(&posted_mu_);
     posted_.push_back(std::move(task));
   }
   const uint64_t one = 1;
@@ -63,7 +63,7 @@ void EventLoop::RunPosted() {
   [[maybe_unused]] auto n = read(wakeup_.get(), &count, sizeof(count));
   std::vector<Task> tasks;
   {
-    std::lock_guard lock(posted_mu_);
+    absl::MutexLock lock(&posted_mu_);
     tasks.swap(posted_);
   }
   for (auto& task : tasks) task();

@@ -6,10 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "base/unique_fd.h"
 
@@ -54,8 +55,8 @@ class EventLoop {
     std::shared_ptr<Handler> handler;
   };
   std::unordered_map<uint64_t, Watched> watched_;
-  std::mutex posted_mu_;
-  std::vector<Task> posted_;
+  absl::Mutex posted_mu_;
+  std::vector<Task> posted_ ABSL_GUARDED_BY(posted_mu_);
   bool running_ = false;
   std::atomic<int64_t> last_tick_ms_{0};
 };

@@ -238,7 +238,7 @@ void Supervisor::ReapOrphans() {
   for (;;) {
     // Peek first: processes we spawned (ganesha, helper programs run by other
     // threads) are reaped by their owners through their pidfds, not here.
-    auto lock = ChildProcess::LockSpawns();
+    absl::MutexLock lock(&ChildProcess::SpawnMutex());
     siginfo_t info{};
     if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
     if (ChildProcess::IsOwned(info.si_pid)) return;

@@ -1,8 +1,9 @@
 #include "supervisor/worker.h"
 
-#include <condition_variable>
-#include <mutex>
 #include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace supervisor {
 
@@ -10,35 +11,40 @@ namespace supervisor {
 // Worker is gone (they then do nothing).
 struct Worker::State {
   EventLoop* loop;
-  std::mutex mu;
-  std::condition_variable cv;
-  Task task;
-  Done done;
-  bool busy = false;
-  bool quit = false;
-  base::TimePoint started{};
+  absl::Mutex mu;
+  Task task ABSL_GUARDED_BY(mu);
+  Done done ABSL_GUARDED_BY(mu);
+  bool busy ABSL_GUARDED_BY(mu) = false;
+  bool quit ABSL_GUARDED_BY(mu) = false;
+  base::TimePoint started ABSL_GUARDED_BY(mu){};
   std::thread thread;
 };
 
 Worker::Worker(EventLoop& loop) : state_(std::make_shared<State>()) {
   state_->loop = &loop;
   state_->thread = std::thread([state = state_] {
-    std::unique_lock lock(state->mu);
+    absl::MutexLock lock(&state->mu);
     for (;;) {
-      state->cv.wait(lock, [&] { return state->quit || state->task; });
+      state->mu.Await(absl::Condition(
+          +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->quit || s->task; },
+          state.get()));
       if (state->quit) return;
       Task task = std::move(state->task);
       Done done = std::move(state->done);
       state->task = nullptr;
-      lock.unlock();
+      state->mu.Unlock();
       absl::Status result = task();
-      lock.lock();
-      state->busy = false;
-      state->cv.notify_all();  // a destructor may be waiting for this task
+      state->mu.Lock();
+      state->busy = false;  // a destructor may be waiting for this task
       if (state->quit) return;
       state->loop->Post([state, done = std::move(done), result = std::move(result)] {
         // The Worker may be gone by the time the loop runs this.
-        if (!state->quit) done(result);
+        bool quit = false;
+        {
+          absl::MutexLock quit_lock(&state->mu);
+          quit = state->quit;
+        }
+        if (!quit) done(result);
       });
     }
   });
@@ -46,38 +52,37 @@ Worker::Worker(EventLoop& loop) : state_(std::make_shared<State>()) {
 
 Worker::~Worker() {
   {
-    std::lock_guard lock(state_->mu);
+    absl::MutexLock lock(&state_->mu);
     state_->quit = true;
   }
-  state_->cv.notify_all();
   state_->thread.join();
 }
 
 bool Worker::WaitIdle(base::Duration budget) {
-  std::unique_lock lock(state_->mu);
-  return state_->cv.wait_for(lock, budget, [&] { return !state_->busy; });
+  absl::MutexLock lock(&state_->mu);
+  return state_->mu.AwaitWithTimeout(
+      absl::Condition(
+          +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return !s->busy; }, state_.get()),
+      absl::FromChrono(budget));
 }
 
 bool Worker::TryRun(Task task, Done done) {
-  {
-    std::lock_guard lock(state_->mu);
-    if (state_->busy) return false;
-    state_->busy = true;
-    state_->started = base::Clock::now();
-    state_->task = std::move(task);
-    state_->done = std::move(done);
-  }
-  state_->cv.notify_all();
+  absl::MutexLock lock(&state_->mu);
+  if (state_->busy) return false;
+  state_->busy = true;
+  state_->started = base::Clock::now();
+  state_->task = std::move(task);
+  state_->done = std::move(done);
   return true;
 }
 
 bool Worker::busy() const {
-  std::lock_guard lock(state_->mu);
+  absl::MutexLock lock(&state_->mu);
   return state_->busy;
 }
 
 base::TimePoint Worker::started() const {
-  std::lock_guard lock(state_->mu);
+  absl::MutexLock lock(&state_->mu);
   return state_->started;
 }
 
