@@ -150,8 +150,21 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
   return ports;
 }
 
-LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options)
-    : options_(std::move(options)),
+absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
+    LocalPodRuntimeOptions options) {
+  if (options.work_dir.empty())
+    return absl::InvalidArgumentError("the pod runtime needs a work dir");
+  if (auto s = base::EnsureDirectory(options.work_dir, 0755); !s.ok()) return s;
+  auto lock = base::FileLock::Acquire(options.work_dir, base::FileLock::Kind::kDirectory,
+                                      options.lock_holder);
+  if (!lock.ok()) return lock.status();
+  return std::unique_ptr<LocalPodRuntime>(
+      new LocalPodRuntime(std::move(options), *std::move(lock)));
+}
+
+LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock)
+    : work_dir_lock_(std::move(work_dir_lock)),
+      options_(std::move(options)),
       grace_(options_.termination_grace.count() > 0
                  ? options_.termination_grace
                  : StopTimeout(options_.daemon_flags) * 2 + std::chrono::seconds(5)),

@@ -9,7 +9,8 @@
 // adopts the live ones. A pid is trusted only with its start time, so a reused
 // pid is never taken for the pod. A pod is gone only when its whole process
 // tree is (the share-manager and the children it started in their own groups,
-// ganesha), seen through pidfds and /proc.
+// ganesha), seen through pidfds and /proc. One runtime per work dir: it holds
+// the work dir's lock for its lifetime.
 #pragma once
 
 #include <chrono>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/file_lock.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
@@ -46,6 +48,8 @@ struct LocalPodRuntimeOptions {
   // Shutdown() deletes every pod and waits until they are gone. When false,
   // pods keep running (ephemeral ones excepted) for the next runtime to adopt.
   bool stop_pods_on_exit = true;
+  // Who holds the work dir, as the error of a second runtime over it names it.
+  std::string lock_holder = "pod runtime";
 };
 
 // Per-volume ports persisted in <work_dir>/ports (flocked while read and
@@ -70,9 +74,16 @@ class LocalPortTable {
 
 class LocalPodRuntime final : public PodRuntime {
  public:
-  explicit LocalPodRuntime(LocalPodRuntimeOptions options);
-  // Shutdown(), if not done yet.
+  // Creates the work dir when missing and locks it for the runtime's
+  // lifetime, then adopts the pods recorded there. Two runtimes over one work
+  // dir would both adopt, delete and replace the same pods: while another one
+  // (in this process or another) holds it, fails with FailedPrecondition
+  // "another <lock_holder> holds <work_dir> (pid N)".
+  static absl::StatusOr<std::unique_ptr<LocalPodRuntime>> Open(LocalPodRuntimeOptions options);
+  // Shutdown(), if not done yet; then releases the work dir.
   ~LocalPodRuntime() override;
+  LocalPodRuntime(const LocalPodRuntime&) = delete;
+  LocalPodRuntime& operator=(const LocalPodRuntime&) = delete;
 
   // With stop_pods_on_exit (or ephemeral): deletes every pod and waits until
   // their processes are gone (watchers hear of each). Then stops the monitor;
@@ -114,6 +125,7 @@ class LocalPodRuntime final : public PodRuntime {
     bool orphans_termed = false;
     bool killed = false;
   };
+  LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
   void Load();
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
@@ -125,6 +137,8 @@ class LocalPodRuntime final : public PodRuntime {
                                                           int stdin_fd);
   void Wake();
 
+  // First: released only after everything below (the monitor included) is gone.
+  base::FileLock work_dir_lock_;
   LocalPodRuntimeOptions options_;
   std::chrono::milliseconds grace_;
   LocalPortTable ports_;

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
@@ -143,28 +144,25 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // Two controllers on one work dir would run two pods per volume; on one
-  // store file each would overwrite the other's records (and epochs). Locked
-  // before anything is read, held until exit.
+  // Two controllers on one store file would overwrite each other's records
+  // (and epochs): locked before it is read, held until exit. The work dir is
+  // the runtime's to lock (below): two controllers on it would run two pods
+  // per volume.
   if (auto s = base::EnsureDirectory(work_dir, 0755); !s.ok()) {
     std::cerr << "share-controller: --work-dir: " << s.message() << "\n";
     return 1;
   }
-  std::vector<base::FileLock> locks;
-  auto acquire = [&locks](const std::string& path, base::FileLock::Kind kind) {
-    auto held = base::FileLock::Acquire(path, kind, "share-controller");
+  std::optional<base::FileLock> store_lock;
+  if (!store_file.empty()) {
+    // Beside the store, not on it: the store file is replaced by a rename on
+    // every write, which would leave a lock on it behind on the old inode.
+    auto held = base::FileLock::Acquire(store_file + ".lock", base::FileLock::Kind::kLockFile,
+                                        "share-controller");
     if (!held.ok()) {
       std::cerr << "share-controller: " << held.status().message() << "\n";
-      return false;
+      return 1;
     }
-    locks.push_back(*std::move(held));
-    return true;
-  };
-  if (!acquire(work_dir, base::FileLock::Kind::kDirectory)) return 1;
-  // Beside the store, not on it: the store file is replaced by a rename on
-  // every write, which would leave a lock on it behind on the old inode.
-  if (!store_file.empty() && !acquire(store_file + ".lock", base::FileLock::Kind::kLockFile)) {
-    return 1;
+    store_lock = *std::move(held);
   }
 
   // Declared before the store: its watcher (below) prints with them.
@@ -206,15 +204,23 @@ int main(int argc, char** argv) {
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
-  controller::LocalPodRuntime runtime({.share_manager_binary = binary,
-                                       .work_dir = work_dir,
-                                       .daemon_flags = daemon_flags,
-                                       .termination_grace = std::chrono::milliseconds(
-                                           ParseMs("--termination-grace", termination_grace)),
-                                       .ephemeral = ephemeral_pods,
-                                       .stop_pods_on_exit = stop_pods_on_exit});
   options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
   options.reconciler.max_remounts = max_remounts;
+  // Holds the work dir until exit: another share-controller on it is refused.
+  auto opened =
+      controller::LocalPodRuntime::Open({.share_manager_binary = binary,
+                                         .work_dir = work_dir,
+                                         .daemon_flags = daemon_flags,
+                                         .termination_grace = std::chrono::milliseconds(
+                                             ParseMs("--termination-grace", termination_grace)),
+                                         .ephemeral = ephemeral_pods,
+                                         .stop_pods_on_exit = stop_pods_on_exit,
+                                         .lock_holder = "share-controller"});
+  if (!opened.ok()) {
+    std::cerr << "share-controller: " << opened.status().message() << "\n";
+    return 1;
+  }
+  controller::LocalPodRuntime& runtime = **opened;
 
   // Print phase changes as they are recorded.
   store->Watch([&](const std::string& name) {

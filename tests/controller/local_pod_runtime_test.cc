@@ -75,6 +75,13 @@ sharemanager::controller::v1::ShareSpec Spec(const std::string& volume) {
   return spec;
 }
 
+// A runtime over `options.work_dir`; the test stops when it cannot be opened.
+std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
+  auto runtime = LocalPodRuntime::Open(std::move(options));
+  REQUIRE_MESSAGE(runtime.ok(), runtime.status().ToString());
+  return *std::move(runtime);
+}
+
 pid_t WaitGanesha(const std::string& state_dir) {
   pid_t pid = 0;
   WaitFor(
@@ -139,40 +146,40 @@ TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and 
                                         "\nstart_ticks=" + std::to_string(st->start_ticks - 1) +
                                         "\nstarted_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
               .ok());
-  LocalPodRuntime runtime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
-  auto pods = runtime.List("vol");
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);  // listed: a record is never read as "no pod"
   CHECK((*pods)[0].name == name);
   CHECK((*pods)[0].phase == PodPhase::kFailed);  // gone, not Running
-  CHECK(runtime.Delete(name).ok());
-  pods = runtime.List("vol");
+  CHECK(runtime->Delete(name).ok());
+  pods = runtime->List("vol");
   REQUIRE(pods.ok());
   CHECK(pods->empty());
   std::this_thread::sleep_for(milliseconds(300));
   CHECK(base::ProcessAlive(other, st->start_ticks));  // never signalled
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
-  runtime.Shutdown();
+  runtime->Shutdown();
 }
 
 TEST_CASE("local runtime: an unreadable pod record fails List instead of reading as no pod") {
   testing_support::TempDir dir;
   REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
   REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/x.pod", "garbage\n").ok());
-  LocalPodRuntime runtime({.work_dir = dir.path()});
-  CHECK_FALSE(runtime.List("vol").ok());
-  CHECK(runtime.List("other").ok());
+  auto runtime = OpenRuntime({.work_dir = dir.path()});
+  CHECK_FALSE(runtime->List("vol").ok());
+  CHECK(runtime->List("other").ok());
 }
 
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
-  LocalPodRuntime runtime({.share_manager_binary = FakeShareManager(dir.path()),
-                           .work_dir = dir.path(),
-                           .termination_grace = milliseconds(1500)});
-  auto pod = runtime.Create(Spec("vol"), 1);
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                              .work_dir = dir.path(),
+                              .termination_grace = milliseconds(1500)});
+  auto pod = runtime->Create(Spec("vol"), 1);
   REQUIRE(pod.ok());
-  reaper.Add(runtime.Pid(pod->name));
+  reaper.Add(runtime->Pid(pod->name));
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
   REQUIRE(ganesha > 0);
   reaper.Add(ganesha);
@@ -180,55 +187,63 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
   std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
 
   const auto asked = Clock::now();
-  REQUIRE(runtime.Delete(pod->name).ok());
+  REQUIRE(runtime->Delete(pod->name).ok());
   CHECK(Clock::now() - asked < milliseconds(500));  // Delete does not wait
   // The share-manager exits at once; its ganesha ignores SIGTERM: still listed.
   std::this_thread::sleep_for(milliseconds(800));
-  auto pods = runtime.List("vol");
+  auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);
   CHECK((*pods)[0].terminating);
   CHECK((*pods)[0].phase == PodPhase::kFailed);
   CHECK(base::ProcessAlive(ganesha, ganesha_start));
-  CHECK(runtime.Delete(pod->name).code() == absl::StatusCode::kUnavailable);
+  CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.
   CHECK(WaitFor(
       [&] {
-        auto now = runtime.List("vol");
+        auto now = runtime->List("vol");
         return now.ok() && now->empty();
       },
       milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(ganesha, ganesha_start));
   CHECK(Clock::now() - asked >= milliseconds(1500));
-  runtime.Shutdown();
+  runtime->Shutdown();
 }
 
-TEST_CASE("local runtime: a new runtime over the same work dir adopts a running pod") {
+TEST_CASE(
+    "local runtime: a second runtime is refused while the first holds the work dir, then adopts "
+    "its running pod") {
   testing_support::TempDir dir;
   Reaper reaper;
   const std::string binary = FakeShareManager(dir.path());
-  Pod created;
-  pid_t pid = 0;
-  {
-    LocalPodRuntime first({.share_manager_binary = binary,
-                           .work_dir = dir.path(),
-                           .termination_grace = milliseconds(500),
-                           .stop_pods_on_exit = false});
-    auto pod = first.Create(Spec("vol"), 3);
-    REQUIRE(pod.ok());
-    created = *pod;
-    pid = first.Pid(pod->name);
-    reaper.Add(pid);
-    const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-    REQUIRE(ganesha > 0);
-    reaper.Add(ganesha);
-    first.Shutdown();  // the pod keeps running
-  }
+  auto first = OpenRuntime({.share_manager_binary = binary,
+                            .work_dir = dir.path(),
+                            .termination_grace = milliseconds(500),
+                            .stop_pods_on_exit = false});
+  auto pod = first->Create(Spec("vol"), 3);
+  REQUIRE(pod.ok());
+  const Pod created = *pod;
+  const pid_t pid = first->Pid(pod->name);
+  reaper.Add(pid);
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
+  REQUIRE(ganesha > 0);
+  reaper.Add(ganesha);
+
+  // Both would adopt, delete and replace the same pods: the second is refused
+  // while the first holds the work dir, in this process as in another.
+  const LocalPodRuntimeOptions options{.share_manager_binary = binary,
+                                       .work_dir = dir.path(),
+                                       .termination_grace = milliseconds(500)};
+  auto refused = LocalPodRuntime::Open(options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message() ==
+        "another pod runtime holds " + dir.path() + " (pid " + std::to_string(getpid()) + ")");
+  first.reset();  // shut down; the pod keeps running
+
   REQUIRE(kill(pid, 0) == 0);
-  LocalPodRuntime second({.share_manager_binary = binary,
-                          .work_dir = dir.path(),
-                          .termination_grace = milliseconds(500)});
-  auto pods = second.List("vol");
+  auto second = OpenRuntime(options);
+  auto pods = second->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);
   CHECK((*pods)[0].name == created.name);
@@ -237,22 +252,22 @@ TEST_CASE("local runtime: a new runtime over the same work dir adopts a running 
   CHECK((*pods)[0].endpoint == created.endpoint);
   CHECK((*pods)[0].nfs_port == created.nfs_port);
   CHECK((*pods)[0].started_unix_ms == created.started_unix_ms);
-  CHECK(second.Pid(created.name) == pid);
-  CHECK(second.NfsPort("vol") == created.nfs_port);
+  CHECK(second->Pid(created.name) == pid);
+  CHECK(second->NfsPort("vol") == created.nfs_port);
 
   // Not our child any more: its exit is still seen (pidfd), and only once its
   // ganesha is gone too.
   std::atomic<int> heard{0};
-  second.Watch([&](const std::string&) { ++heard; });
-  REQUIRE(second.Delete(created.name).ok());
+  second->Watch([&](const std::string&) { ++heard; });
+  REQUIRE(second->Delete(created.name).ok());
   CHECK(WaitFor(
       [&] {
-        auto now = second.List("vol");
+        auto now = second->List("vol");
         return now.ok() && now->empty();
       },
       milliseconds(5000)));
   CHECK(heard > 0);
-  second.Shutdown();
+  second->Shutdown();
 }
 
 TEST_CASE("connector: an answer from another volume, epoch or instance is not health") {
