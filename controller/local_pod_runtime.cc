@@ -175,7 +175,10 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock 
   ev.events = EPOLLIN;
   ev.data.fd = wakeup_.get();
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &ev);
-  Load();
+  {
+    absl::MutexLock lock(&mu_);  // no other thread yet; the analysis wants it held
+    Load();
+  }
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -343,26 +346,28 @@ void LocalPodRuntime::Shutdown() {
   if (!monitor_.joinable()) return;
   std::vector<std::string> names;
   {
-    std::unique_lock lock(mu_);
+    absl::MutexLock lock(&mu_);
     closing_ = true;
     // A Create under way would add its pod after we listed them.
-    changed_cv_.wait(lock, [this] { return creating_ == 0; });
+    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
+    mu_.Await(absl::Condition(&created));
     if (options_.stop_pods_on_exit || options_.ephemeral) {
       for (const auto& [name, pod] : pods_) names.push_back(name);
     }
   }
   for (const auto& name : names) (void)Delete(name);
   {
-    std::unique_lock lock(mu_);
-    const bool gone = changed_cv_.wait_for(lock, grace_ + std::chrono::seconds(15), [&] {
+    absl::MutexLock lock(&mu_);
+    auto gone = [this, &names]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       for (const auto& name : names) {
         if (pods_.contains(name)) return false;
       }
       return true;
-    });
-    if (!gone)
-      spdlog::error("some pods did not die within {} ms",
-                    (grace_ + std::chrono::seconds(15)).count());
+    };
+    const auto timeout = grace_ + std::chrono::seconds(15);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&gone), absl::FromChrono(timeout))) {
+      spdlog::error("some pods did not die within {} ms", timeout.count());
+    }
     stop_ = true;
   }
   Wake();
@@ -379,14 +384,14 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
   Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     ++creating_;
   }
-  auto done = [&] {
-    std::lock_guard lock(mu_);
-    if (--creating_ == 0) changed_cv_.notify_all();
+  auto done = [this] {
+    absl::MutexLock lock(&mu_);
+    --creating_;
   };
   if (auto s = base::EnsureDirectory(volume_dir + "/pods", 0755); !s.ok()) {
     done();
@@ -468,7 +473,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   local.pod = pod;
   local.child = *std::move(process);
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     // A copy of the child's own pidfd (no new pidfd_open that could fail
     // under fd pressure and leave the pod "running" for ever).
     base::UniqueFd pidfd(fcntl(local.child->pidfd(), F_DUPFD_CLOEXEC, 0));
@@ -480,7 +485,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     local.share_manager_alive = true;
     nfs_ports_[pod.volume] = pod.nfs_port;
     pods_[pod.name] = std::move(local);
-    if (--creating_ == 0) changed_cv_.notify_all();
+    --creating_;
   }
   Wake();
   listeners_.Notify(pod.volume);
@@ -499,7 +504,7 @@ absl::StatusOr<supervisor::ChildProcess> LocalPodRuntime::SpawnOnMonitor(
       });
   auto result = task->get_future();
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     tasks_.push_back([task] { (*task)(); });
   }
   Wake();
@@ -520,13 +525,13 @@ void LocalPodRuntime::Monitor() {
     }
     std::vector<std::function<void()>> tasks;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       tasks.swap(tasks_);
     }
     for (auto& task : tasks) task();
     std::vector<std::string> changed, records;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stop_) return;
       for (auto it = pods_.begin(); it != pods_.end();) {
         LocalPod& local = it->second;
@@ -535,7 +540,6 @@ void LocalPodRuntime::Monitor() {
           changed.push_back(local.pod.volume);
           records.push_back(local.record_path);
           it = pods_.erase(it);
-          changed_cv_.notify_all();
         } else {
           ++it;
         }
@@ -551,7 +555,7 @@ void LocalPodRuntime::Monitor() {
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
   std::string volume, record;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pods_.find(name);
     if (it == pods_.end()) return absl::OkStatus();
     LocalPod& local = it->second;
@@ -560,7 +564,6 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
     if (local.procs.empty()) {
       record = local.record_path;
       pods_.erase(it);
-      changed_cv_.notify_all();
     } else if (local.deleting) {
       return absl::UnavailableError(absl::StrCat(
           "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
@@ -594,7 +597,7 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
   std::vector<Pod> out;
   bool changed = false;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!load_error_.empty()) return absl::DataLossError(load_error_);
     if (auto bad = bad_records_.find(volume); bad != bad_records_.end()) {
       return absl::DataLossError(absl::StrCat("unreadable pod record ", bad->second));
@@ -612,13 +615,13 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
 void LocalPodRuntime::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
 
 uint16_t LocalPodRuntime::NfsPort(const std::string& volume) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = nfs_ports_.find(volume);
   return it == nfs_ports_.end() ? 0 : it->second;
 }
 
 pid_t LocalPodRuntime::Pid(const std::string& pod) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = pods_.find(pod);
   return it == pods_.end() ? -1 : it->second.pid;
 }

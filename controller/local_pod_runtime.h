@@ -14,16 +14,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/file_lock.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
@@ -126,12 +126,12 @@ class LocalPodRuntime final : public PodRuntime {
     bool killed = false;
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
-  void Load();
+  void Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
-  bool Refresh(LocalPod& local);
-  void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks);
-  void SignalAll(LocalPod& local, int sig);
+  bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SignalAll(LocalPod& local, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `stdin_fd`: the pod's stdin (the gate that holds it until it is recorded).
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv,
                                                           int stdin_fd);
@@ -142,22 +142,23 @@ class LocalPodRuntime final : public PodRuntime {
   LocalPodRuntimeOptions options_;
   std::chrono::milliseconds grace_;
   LocalPortTable ports_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_cv_;  // a pod left pods_, or creating_ fell
-  std::map<std::string, LocalPod> pods_;
-  std::map<std::string, uint16_t> nfs_ports_;
+  // Waiters (Shutdown) await conditions on it: a pod left pods_, creating_ fell.
+  mutable absl::Mutex mu_;
+  std::map<std::string, LocalPod> pods_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint16_t> nfs_ports_ ABSL_GUARDED_BY(mu_);
   // Volumes with a pod record that cannot be read: List fails for them rather
   // than report "no pods" (which would start a second server).
-  std::map<std::string, std::string> bad_records_;
+  std::map<std::string, std::string> bad_records_ ABSL_GUARDED_BY(mu_);
   // The work dir itself could not be listed at start: every List fails.
-  std::string load_error_;
+  std::string load_error_ ABSL_GUARDED_BY(mu_);
   Listeners listeners_;
+  // Registered pidfds come and go under mu_; epoll_wait needs no lock.
   base::UniqueFd epoll_;
   base::UniqueFd wakeup_;
-  bool closing_ = false;
-  int creating_ = 0;
-  bool stop_ = false;
-  std::vector<std::function<void()>> tasks_;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  int creating_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;
 };
 
