@@ -63,34 +63,53 @@ bool PortFree(uint16_t port) {
   return fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
-// A pod record: one "key=value" per line.
-std::string FormatRecord(const Pod& pod, pid_t pid, uint64_t start_ticks) {
-  return absl::StrCat("name=", pod.name, "\nvolume=", pod.volume, "\nepoch=", pod.epoch,
-                      "\npid=", pid, "\nstart_ticks=", start_ticks,
-                      "\nstarted_unix_ms=", pod.started_unix_ms, "\nendpoint=", pod.endpoint,
-                      "\nnfs_port=", pod.nfs_port, "\n");
+// What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
+struct PodRecord {
+  Pod pod;
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;
+  // The pod's own --stop-timeout: its grace after a restart. Unset in records
+  // written before it was kept (pods that outlived a controller upgrade).
+  std::optional<std::chrono::milliseconds> stop_timeout;
+};
+
+std::string FormatRecord(const PodRecord& r) {
+  return absl::StrCat("name=", r.pod.name, "\nvolume=", r.pod.volume, "\nepoch=", r.pod.epoch,
+                      "\npid=", r.pid, "\nstart_ticks=", r.start_ticks,
+                      "\nstarted_unix_ms=", r.pod.started_unix_ms, "\nendpoint=", r.pod.endpoint,
+                      "\nnfs_port=", r.pod.nfs_port,
+                      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(), "\n");
 }
 
-absl::Status ParseRecord(const std::string& text, Pod& pod, pid_t& pid, uint64_t& start_ticks) {
+absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
   std::map<std::string, std::string> kv;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::pair<std::string, std::string> p = absl::StrSplit(line, absl::MaxSplits('=', 1));
     kv[p.first] = p.second;
   }
+  PodRecord r;
   uint32_t port = 0;
-  pod.name = kv["name"];
-  pod.volume = kv["volume"];
-  pod.endpoint = kv["endpoint"];
-  if (pod.name.empty() || pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &pod.epoch) ||
-      !absl::SimpleAtoi(kv["pid"], &pid) || !absl::SimpleAtoi(kv["start_ticks"], &start_ticks) ||
-      !absl::SimpleAtoi(kv["started_unix_ms"], &pod.started_unix_ms) ||
+  r.pod.name = kv["name"];
+  r.pod.volume = kv["volume"];
+  r.pod.endpoint = kv["endpoint"];
+  if (r.pod.name.empty() || r.pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &r.pod.epoch) ||
+      !absl::SimpleAtoi(kv["pid"], &r.pid) ||
+      !absl::SimpleAtoi(kv["start_ticks"], &r.start_ticks) ||
+      !absl::SimpleAtoi(kv["started_unix_ms"], &r.pod.started_unix_ms) ||
       !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
     return absl::DataLossError("malformed pod record");
   }
   // kill(-1) or kill(-0) would signal everything we may signal, or ourselves.
-  if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
-  pod.nfs_port = static_cast<uint16_t>(port);
-  return absl::OkStatus();
+  if (r.pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", r.pid));
+  r.pod.nfs_port = static_cast<uint16_t>(port);
+  if (auto it = kv.find("stop_timeout_ms"); it != kv.end()) {
+    int64_t ms = 0;
+    if (!absl::SimpleAtoi(it->second, &ms) || ms < 0) {
+      return absl::DataLossError("malformed stop_timeout_ms in pod record");
+    }
+    r.stop_timeout = std::chrono::milliseconds(ms);
+  }
+  return r;
 }
 
 }  // namespace
@@ -165,9 +184,6 @@ absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
 LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock)
     : work_dir_lock_(std::move(work_dir_lock)),
       options_(std::move(options)),
-      grace_(options_.termination_grace.count() > 0
-                 ? options_.termination_grace
-                 : StopTimeout(options_.daemon_flags) * 2 + std::chrono::seconds(5)),
       ports_(options_.work_dir),
       epoll_(epoll_create1(EPOLL_CLOEXEC)),
       wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
@@ -214,17 +230,21 @@ void LocalPodRuntime::Load() {
     for (; !pods_ec && entries != fs::directory_iterator(); entries.increment(pods_ec)) {
       const fs::directory_entry& entry = *entries;
       if (entry.path().extension() != ".pod") continue;
-      LocalPod local;
       auto text = base::ReadFile(entry.path());
-      absl::Status parsed =
-          text.ok() ? ParseRecord(*text, local.pod, local.pid, local.start_ticks) : text.status();
-      if (parsed.ok() && local.pod.volume != volume) {
-        parsed = absl::DataLossError("record of another volume");
+      absl::StatusOr<PodRecord> record = text.ok() ? ParseRecord(*text) : text.status();
+      if (record.ok() && record->pod.volume != volume) {
+        record = absl::DataLossError("record of another volume");
       }
-      if (!parsed.ok()) {
-        bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", parsed.message());
+      if (!record.ok()) {
+        bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", record.status().message());
         continue;
       }
+      LocalPod local;
+      local.pod = record->pod;
+      local.pid = record->pid;
+      local.start_ticks = record->start_ticks;
+      // An older record: what the runtime's own flags would have given it.
+      local.grace = Grace(record->stop_timeout.value_or(StopTimeout(options_.daemon_flags)));
       local.record_path = entry.path();
       local.state_dir = volume_dir.path() / "state";
       // The pid is the pod's only if it still started when the record says:
@@ -319,7 +339,7 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
       local.orphans_termed = true;
       SignalAll(local, SIGTERM);
     }
-    if (!local.killed && SteadyClock::now() - local.term_started >= grace_) {
+    if (!local.killed && SteadyClock::now() - local.term_started >= local.grace) {
       local.killed = true;
       SignalAll(local, SIGKILL);
     }
@@ -345,6 +365,7 @@ void LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
 void LocalPodRuntime::Shutdown() {
   if (!monitor_.joinable()) return;
   std::vector<std::string> names;
+  std::chrono::milliseconds longest_grace{0};
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
@@ -352,7 +373,10 @@ void LocalPodRuntime::Shutdown() {
     auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
     mu_.Await(absl::Condition(&created));
     if (options_.stop_pods_on_exit || options_.ephemeral) {
-      for (const auto& [name, pod] : pods_) names.push_back(name);
+      for (const auto& [name, local] : pods_) {
+        names.push_back(name);
+        longest_grace = std::max(longest_grace, local.grace);
+      }
     }
   }
   for (const auto& name : names) (void)Delete(name);
@@ -364,7 +388,8 @@ void LocalPodRuntime::Shutdown() {
       }
       return true;
     };
-    const auto timeout = grace_ + std::chrono::seconds(15);
+    // Every pod gets its SIGKILL at its own grace; then a margin to die.
+    const auto timeout = longest_grace + std::chrono::seconds(15);
     if (!mu_.AwaitWithTimeout(absl::Condition(&gone), absl::FromChrono(timeout))) {
       spdlog::error("some pods did not die within {} ms", timeout.count());
     }
@@ -407,18 +432,23 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   // The pod writes its log itself (appending), not through us: no disk write
   // happens under our lock, and the pod keeps logging after we are gone.
   const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
+  std::vector<std::string> daemon = {
+      options_.share_manager_binary, "daemon",
+      // The pod's own place (volume, epoch, directories, ports); flags follow.
+      "--volume", spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
+      volume_dir + "/export", "--state-dir", volume_dir + "/state", "--nfs-address", "127.0.0.1",
+      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint};
+  daemon.insert(daemon.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
+  daemon.insert(daemon.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
+  // What the daemon will use: the last --stop-timeout wins, the share's own included.
+  const std::chrono::milliseconds stop_timeout = StopTimeout(daemon);
   std::vector<std::string> argv = {"/bin/sh", "-c",
                                    // Waits for "go" (sent once the pod is recorded);
                                    // EOF (the controller died first) ends it.
                                    "read -r go && [ \"$go\" = go ] || exit 1; "
                                    "log=$1; shift; exec \"$@\" </dev/null >>\"$log\" 2>&1",
-                                   "sh", log, options_.share_manager_binary, "daemon", "--volume",
-                                   spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
-                                   volume_dir + "/export", "--state-dir", volume_dir + "/state",
-                                   "--nfs-address", "127.0.0.1", "--nfs-port",
-                                   std::to_string(pod.nfs_port), "--listen", pod.endpoint};
-  argv.insert(argv.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
-  argv.insert(argv.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
+                                   "sh", log};
+  argv.insert(argv.end(), daemon.begin(), daemon.end());
   if (options_.share_manager_binary.find('/') != std::string::npos &&
       access(options_.share_manager_binary.c_str(), X_OK) != 0) {
     done();
@@ -448,13 +478,17 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   pod.started_unix_ms = base::StartTicksToUnixMs(local.start_ticks);
   local.record_path = absl::StrCat(volume_dir, "/pods/", pod.name, ".pod");
   local.state_dir = volume_dir + "/state";
+  local.grace = Grace(stop_timeout);
   // Recorded before Create returns: a controller that restarts from here on
   // finds the pod instead of reading its absence as "gone".
   // Not fsynced: it must outlive the controller process, not the machine
   // (a reboot ends the pod too, and its pid and start time with it).
   if (auto s = base::WriteFileAtomically(local.record_path,
-                                         FormatRecord(pod, local.pid, local.start_ticks), 0644,
-                                         base::Durability::kReplaced);
+                                         FormatRecord({.pod = pod,
+                                                       .pid = local.pid,
+                                                       .start_ticks = local.start_ticks,
+                                                       .stop_timeout = stop_timeout}),
+                                         0644, base::Durability::kReplaced);
       !s.ok()) {
     gate_write.reset();  // never released: the held shell exits
     process->SignalGroup(SIGKILL);
@@ -618,6 +652,18 @@ uint16_t LocalPodRuntime::NfsPort(const std::string& volume) const {
   absl::MutexLock lock(&mu_);
   auto it = nfs_ports_.find(volume);
   return it == nfs_ports_.end() ? 0 : it->second;
+}
+
+std::chrono::milliseconds LocalPodRuntime::TerminationGrace(const std::string& pod) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(pod);
+  return it == pods_.end() ? std::chrono::milliseconds(0) : it->second.grace;
+}
+
+std::chrono::milliseconds LocalPodRuntime::Grace(std::chrono::milliseconds stop_timeout) const {
+  // The share-manager always gets to stop its ganesha itself first.
+  return options_.termination_grace.count() > 0 ? options_.termination_grace
+                                                : stop_timeout * 2 + std::chrono::seconds(5);
 }
 
 pid_t LocalPodRuntime::Pid(const std::string& pod) const {

@@ -38,9 +38,10 @@ struct LocalPodRuntimeOptions {
   std::string work_dir;
   // Flags for every pod, before the spec's own.
   std::vector<std::string> daemon_flags;
-  // SIGTERM, then SIGKILL to whatever remains after this long. 0: twice the
-  // daemons' --stop-timeout (from daemon_flags, default 10 s) plus 5 s, so a
-  // share-manager always gets to stop its ganesha itself first.
+  // SIGTERM, then SIGKILL to whatever remains after this long. 0: per pod,
+  // twice the --stop-timeout its daemon runs with (the last in its argv: the
+  // share's daemon_flags, then these, else the daemon's default 10 s) plus
+  // 5 s, so a share-manager always gets to stop its ganesha itself first.
   std::chrono::milliseconds termination_grace{0};
   // Pods get SIGKILL when the runtime's process dies (PR_SET_PDEATHSIG). For
   // tests; otherwise pods outlive a controller crash and are adopted.
@@ -101,7 +102,9 @@ class LocalPodRuntime final : public PodRuntime {
   uint16_t NfsPort(const std::string& volume) const;
   // The pid of a pod's share-manager, for tests that freeze or kill it.
   pid_t Pid(const std::string& pod) const;
-  std::chrono::milliseconds termination_grace() const { return grace_; }
+  // A pod's SIGTERM to SIGKILL delay (see termination_grace); 0 for an
+  // unknown pod.
+  std::chrono::milliseconds TerminationGrace(const std::string& pod) const;
 
  private:
   struct Proc {
@@ -115,6 +118,7 @@ class LocalPodRuntime final : public PodRuntime {
     uint64_t start_ticks = 0;
     std::string record_path;
     std::string state_dir;
+    std::chrono::milliseconds grace{0};  // SIGTERM to SIGKILL
     // Set when this runtime spawned it (reaped here, exit code known).
     std::optional<supervisor::ChildProcess> child;
     bool share_manager_alive = false;
@@ -127,6 +131,8 @@ class LocalPodRuntime final : public PodRuntime {
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
   void Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The termination grace of a pod whose daemon runs with `stop_timeout`.
+  std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
   bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -140,7 +146,6 @@ class LocalPodRuntime final : public PodRuntime {
   // First: released only after everything below (the monitor included) is gone.
   base::FileLock work_dir_lock_;
   LocalPodRuntimeOptions options_;
-  std::chrono::milliseconds grace_;
   LocalPortTable ports_;
   // Waiters (Shutdown) await conditions on it: a pod left pods_, creating_ fell.
   mutable absl::Mutex mu_;

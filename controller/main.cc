@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
   app.add_flag("--ephemeral-pods", ephemeral_pods,
                "Pods get SIGKILL when share-controller dies however it dies (PR_SET_PDEATHSIG)");
   app.add_option("--termination-grace", termination_grace,
-                 "SIGTERM to SIGKILL delay when deleting a pod (0s: twice the daemons' "
-                 "--stop-timeout plus 5s)")
+                 "SIGTERM to SIGKILL delay when deleting a pod (0s: per pod, twice the "
+                 "--stop-timeout its daemon runs with plus 5s)")
       ->capture_default_str();
   app.add_option("--readonly-budget", readonly_budget,
                  "A share read-only this long (and not repairing) is replaced")

@@ -210,6 +210,46 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
   runtime->Shutdown();
 }
 
+TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's termination grace") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // The runtime's flag alone would give 2 x 30 s + 5 s; the share's own comes
+  // later in the daemon's argv and wins: 2 x 0 s + 5 s.
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                              .work_dir = dir.path(),
+                              .daemon_flags = {"--stop-timeout", "30s"},
+                              .stop_pods_on_exit = false});
+  auto spec = Spec("vol");
+  spec.add_daemon_flags("--stop-timeout");
+  spec.add_daemon_flags("0s");
+  auto pod = runtime->Create(spec, 1);
+  REQUIRE(pod.ok());
+  reaper.Add(runtime->Pid(pod->name));
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
+  REQUIRE(ganesha > 0);
+  reaper.Add(ganesha);
+  CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
+  // The pod keeps it in a runtime that adopts it (from its record).
+  runtime.reset();
+  runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                         .work_dir = dir.path(),
+                         .daemon_flags = {"--stop-timeout", "30s"}});
+  CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
+  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+
+  // Its ganesha ignores SIGTERM: gone only by the SIGKILL at the pod's grace.
+  const auto asked = Clock::now();
+  REQUIRE(runtime->Delete(pod->name).ok());
+  CHECK(WaitFor(
+      [&] {
+        auto now = runtime->List("vol");
+        return now.ok() && now->empty();
+      },
+      milliseconds(12'000)));
+  CHECK(Clock::now() - asked >= milliseconds(5000));
+  runtime->Shutdown();
+}
+
 TEST_CASE(
     "local runtime: a second runtime is refused while the first holds the work dir, then adopts "
     "its running pod") {
