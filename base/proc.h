@@ -32,6 +32,10 @@ bool ProcessAlive(pid_t pid, uint64_t start_ticks);
 // The pid's direct children, from /proc/<pid>/task/*/children.
 std::vector<pid_t> ProcessChildren(pid_t pid);
 
+// Every process in process group `pgid`, from a scan of /proc: a snapshot
+// (members may come and go at once).
+std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
+
 // A process start (ticks since boot) as wall-clock Unix milliseconds, using the
 // clocks as they are now.
 int64_t StartTicksToUnixMs(uint64_t start_ticks);

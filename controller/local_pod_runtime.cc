@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
 #include "base/files.h"
@@ -52,6 +53,13 @@ std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
     }
   }
   return std::chrono::seconds(10);
+}
+
+// e2fsck, and fsck with its fsck.<type> helpers (/proc's comm). A check
+// SIGKILLed mid-write can leave the filesystem worse than it found it; on
+// SIGTERM it stops at a safe point.
+bool IsFilesystemCheck(const std::string& comm) {
+  return comm == "e2fsck" || comm == "fsck" || comm.starts_with("fsck.");
 }
 
 bool PortFree(uint16_t port) {
@@ -341,25 +349,73 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     }
     if (!local.killed && SteadyClock::now() - local.term_started >= local.grace) {
       local.killed = true;
-      SignalAll(local, SIGKILL);
+      if (const auto checks = SignalAll(local, SIGKILL); !checks.empty()) {
+        spdlog::warn(
+            "pod {}: a filesystem check is still running (pid {}); it got SIGTERM and never gets "
+            "SIGKILL (killed mid-write it can corrupt the filesystem): the pod stays terminating "
+            "until the check ends",
+            local.pod.name, absl::StrJoin(checks, ", "));
+      }
     }
   }
   local.pod.terminating = local.deleting && !local.procs.empty();
   return phase != local.pod.phase || terminating != local.pod.terminating;
 }
 
-void LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
+std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
+  std::vector<pid_t> spared;
+  // Checks met in a group and not tracked yet: tracked from now on, so the
+  // pod stays listed while they run.
+  std::vector<std::pair<pid_t, uint64_t>> found;
   for (const auto& p : local.procs) {
     if (Exited(p.pidfd.get())) continue;
     // The pidfd cannot hit a reused pid. The group: only while its leader
     // lives, whose pid (and so the group id) cannot be reused meanwhile.
-    syscall(SYS_pidfd_send_signal, p.pidfd.get(), sig, nullptr, 0);
-    if (getpgid(p.pid) == p.pid) kill(-p.pid, sig);
-    if (sig == SIGTERM) {
-      syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGCONT, nullptr, 0);  // frozen: see it
-      if (getpgid(p.pid) == p.pid) kill(-p.pid, SIGCONT);
+    if (sig != SIGKILL) {
+      syscall(SYS_pidfd_send_signal, p.pidfd.get(), sig, nullptr, 0);
+      if (getpgid(p.pid) == p.pid) kill(-p.pid, sig);
+      if (sig == SIGTERM) {
+        syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGCONT, nullptr, 0);  // frozen: see it
+        if (getpgid(p.pid) == p.pid) kill(-p.pid, SIGCONT);
+      }
+      continue;
+    }
+    if (getpgid(p.pid) == p.pid) {
+      std::vector<std::pair<pid_t, uint64_t>> members, checks;
+      for (pid_t m : base::ProcessGroupMembers(p.pid)) {
+        if (auto st = base::ReadProcStat(m); st && st->pgrp == p.pid) {
+          (IsFilesystemCheck(st->comm) ? checks : members).emplace_back(m, st->start_ticks);
+        }
+      }
+      if (checks.empty()) {
+        kill(-p.pid, SIGKILL);
+      } else {
+        // The group's SIGKILL would reach the check: its members get theirs
+        // one by one, through pidfds (a member gone since the scan is skipped,
+        // its pid never hit).
+        for (auto [m, start] : members) {
+          base::UniqueFd fd(PidfdOpen(m));
+          if (fd && base::ProcessAlive(m, start)) {
+            syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
+          }
+        }
+        for (auto [c, start] : checks) {
+          if (start >= local.start_ticks) found.emplace_back(c, start);
+        }
+      }
+    }
+    const auto st = base::ReadProcStat(p.pid);
+    if (st && st->start_ticks == p.start_ticks && IsFilesystemCheck(st->comm)) {
+      spared.push_back(p.pid);
+    } else {
+      syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGKILL, nullptr, 0);
     }
   }
+  for (auto [pid, start] : found) {
+    AddProc(local, pid, start);
+    if (std::find(spared.begin(), spared.end(), pid) == spared.end()) spared.push_back(pid);
+  }
+  return spared;
 }
 
 void LocalPodRuntime::Shutdown() {

@@ -137,7 +137,10 @@ class LocalPodRuntime final : public PodRuntime {
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
   bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SignalAll(LocalPod& local, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Signals every live process of the pod, and the group of each that leads
+  // one. SIGKILL spares filesystem checks (they had SIGTERM) and returns them;
+  // a check found only in a group is tracked from then on.
+  std::vector<pid_t> SignalAll(LocalPod& local, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `stdin_fd`: the pod's stdin (the gate that holds it until it is recorded).
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv,
                                                           int stdin_fd);

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +69,54 @@ while :; do sleep 0.1; done
   chmod(path.c_str(), 0755);
   return path;
 }
+
+// A share-manager stand-in that ignores SIGTERM and runs a filesystem check
+// in its own process group: <dir>/e2fsck (so /proc names it "e2fsck"), which
+// ignores SIGTERM too, runs while <dir>/checking exists and writes its pid to
+// <dir>/e2fsck.pid.
+std::string FakeShareManagerWithFsck(const std::string& dir) {
+  const std::string fsck = dir + "/e2fsck";
+  std::ofstream(fsck) << R"(#!/bin/sh
+trap "" TERM
+echo $$ > "$0.tmp"; mv "$0.tmp" "$0.pid"
+while [ -e "$1" ]; do sleep 0.1; done
+)";
+  chmod(fsck.c_str(), 0755);
+  const std::string path = dir + "/fake-share-manager";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "trap '' TERM\n"
+                      << fsck << " " << dir << "/checking &\n"
+                      << "while :; do sleep 0.1; done\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// Adds a sink to the default logger while it lives, to see what was logged.
+// Set up before any runtime starts its thread, gone after it stops.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    std::vector<spdlog::sink_ptr> sinks = previous_->sinks();
+    sinks.push_back(sink_);
+    auto logger = std::make_shared<spdlog::logger>("capture", sinks.begin(), sinks.end());
+    logger->set_level(previous_->level());
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  int Count(const std::string& text) const {
+    int n = 0;
+    for (const auto& line : sink_->last_formatted()) n += line.find(text) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+};
 
 sharemanager::controller::v1::ShareSpec Spec(const std::string& volume) {
   sharemanager::controller::v1::ShareSpec spec;
@@ -247,6 +297,58 @@ TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's terminatio
       },
       milliseconds(12'000)));
   CHECK(Clock::now() - asked >= milliseconds(5000));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a filesystem check is never SIGKILLed, and its pod stays terminating until it "
+    "ends") {
+  testing_support::TempDir dir;
+  LogCapture log;  // outlives the runtime
+  Reaper reaper;
+  REQUIRE(base::EnsureDirectory(dir.path() + "/bin", 0755).ok());
+  std::ofstream(dir.path() + "/bin/checking") << "";
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManagerWithFsck(dir.path() + "/bin"),
+                              .work_dir = dir.path(),
+                              .termination_grace = milliseconds(300)});
+  auto pod = runtime->Create(Spec("vol"), 1);
+  REQUIRE(pod.ok());
+  const pid_t share_manager = runtime->Pid(pod->name);
+  reaper.Add(share_manager);
+  pid_t fsck = 0;
+  REQUIRE(WaitFor(
+      [&] {
+        auto text = base::ReadFile(dir.path() + "/bin/e2fsck.pid");
+        return text.ok() && (fsck = std::atoi(text->c_str())) > 0;
+      },
+      milliseconds(5000)));
+  reaper.Add(fsck);
+  const auto fsck_stat = base::ReadProcStat(fsck);
+  REQUIRE(fsck_stat.has_value());
+  CHECK(fsck_stat->comm == "e2fsck");
+  CHECK(fsck_stat->pgrp == share_manager);         // a group SIGKILL would reach it too
+  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+
+  REQUIRE(runtime->Delete(pod->name).ok());
+  // Past the grace: the share-manager got its SIGKILL (and was reaped), the
+  // check did not.
+  CHECK(WaitFor([&] { return kill(share_manager, 0) != 0; }, milliseconds(3000)));
+  std::this_thread::sleep_for(milliseconds(500));
+  CHECK(base::ProcessAlive(fsck, fsck_stat->start_ticks));
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);  // still listed: no replacement on the device meanwhile
+  CHECK((*pods)[0].terminating);
+  CHECK(log.Count(pod->name + ": a filesystem check") == 1);  // said once, not every pass
+
+  std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
+  CHECK(WaitFor(
+      [&] {
+        auto now = runtime->List("vol");
+        return now.ok() && now->empty();
+      },
+      milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(fsck, fsck_stat->start_ticks));
   runtime->Shutdown();
 }
 
