@@ -72,6 +72,13 @@ std::vector<pid_t> ProcessGroupMembers(pid_t pgid) {
   return out;
 }
 
+std::optional<std::string> BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!in || !std::getline(in, id) || id.empty()) return std::nullopt;
+  return id;
+}
+
 int64_t StartTicksToUnixMs(uint64_t start_ticks) {
   // /proc counts the start on the boot-time clock; convert through "now" on
   // both clocks rather than /proc/stat's btime, which has 1 s resolution.

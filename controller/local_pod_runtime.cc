@@ -40,6 +40,27 @@ bool Exited(int pidfd) {
   return poll(&p, 1, 0) > 0;
 }
 
+void PidfdSignal(int pidfd, int sig) { syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0); }
+
+// Signals the process group `leader` leads, if it leads one and has not
+// exited. A group's id is its leader's pid, and the kernel keeps a pid
+// allocated while its process exists (a zombie included) and while any
+// process of its group does: while the leader has not exited, no other
+// process or group can have this id. The exit is checked last, just before
+// the kill: only an instant in which the leader would have to exit, be
+// reaped, its group empty out and its id be handed to a new group is left.
+void SignalGroup(pid_t leader, int leader_pidfd, int sig) {
+  if (getpgid(leader) == leader && !Exited(leader_pidfd)) kill(-leader, sig);
+}
+
+// Signals the process through its pidfd (which cannot hit a reused pid) and
+// the group it leads. The group first: once its leader got the signal it may
+// be gone, and the group no longer reachable safely.
+void SignalWithGroup(pid_t pid, int pidfd, int sig) {
+  SignalGroup(pid, pidfd, sig);
+  PidfdSignal(pidfd, sig);
+}
+
 // The value of --stop-timeout in `flags` (either spelling), else the daemon's default.
 std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
   std::optional<std::string> value;
@@ -79,6 +100,9 @@ struct PodRecord {
   // The pod's own --stop-timeout: its grace after a restart. Unset in records
   // written before it was kept (pods that outlived a controller upgrade).
   std::optional<std::chrono::milliseconds> stop_timeout;
+  // The boot the pid and start ticks belong to. Empty in older records, or
+  // when the boot id could not be read.
+  std::string boot_id;
 };
 
 std::string FormatRecord(const PodRecord& r) {
@@ -86,7 +110,8 @@ std::string FormatRecord(const PodRecord& r) {
                       "\npid=", r.pid, "\nstart_ticks=", r.start_ticks,
                       "\nstarted_unix_ms=", r.pod.started_unix_ms, "\nendpoint=", r.pod.endpoint,
                       "\nnfs_port=", r.pod.nfs_port,
-                      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(), "\n");
+                      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(),
+                      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id, "\n");
 }
 
 absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
@@ -100,6 +125,7 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
   r.pod.name = kv["name"];
   r.pod.volume = kv["volume"];
   r.pod.endpoint = kv["endpoint"];
+  r.boot_id = kv["boot_id"];
   if (r.pod.name.empty() || r.pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &r.pod.epoch) ||
       !absl::SimpleAtoi(kv["pid"], &r.pid) ||
       !absl::SimpleAtoi(kv["start_ticks"], &r.start_ticks) ||
@@ -192,6 +218,7 @@ absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
 LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock)
     : work_dir_lock_(std::move(work_dir_lock)),
       options_(std::move(options)),
+      boot_id_(base::BootId().value_or("")),
       ports_(options_.work_dir),
       epoll_(epoll_create1(EPOLL_CLOEXEC)),
       wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
@@ -199,6 +226,9 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock 
   ev.events = EPOLLIN;
   ev.data.fd = wakeup_.get();
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &ev);
+  if (boot_id_.empty()) {
+    spdlog::warn("cannot read this boot's id: pod records are trusted on pid and start time alone");
+  }
   {
     absl::MutexLock lock(&mu_);  // no other thread yet; the analysis wants it held
     Load();
@@ -255,9 +285,15 @@ void LocalPodRuntime::Load() {
       local.grace = Grace(record->stop_timeout.value_or(StopTimeout(options_.daemon_flags)));
       local.record_path = entry.path();
       local.state_dir = volume_dir.path() / "state";
-      // The pid is the pod's only if it still started when the record says:
+      // The pid is the pod's only in the boot the record was written in (start
+      // ticks count from boot) and if it still started when the record says:
       // after a reboot or a pid reuse it is someone else, never signalled.
-      if (base::ProcessAlive(local.pid, local.start_ticks)) {
+      // Records without a boot id (older ones) have only the start time.
+      const bool other_boot =
+          !record->boot_id.empty() && !boot_id_.empty() && record->boot_id != boot_id_;
+      if (other_boot) {
+        local.state_dir.clear();  // a ganesha running now is not this pod's either
+      } else if (base::ProcessAlive(local.pid, local.start_ticks)) {
         AddProc(local, local.pid, local.start_ticks);
         local.share_manager_alive = !local.procs.empty();
       }
@@ -265,7 +301,10 @@ void LocalPodRuntime::Load() {
       local.pod.exit_code = -1;  // not our child: its exit status cannot be known
       Refresh(local);
       spdlog::info("pod {}: {} (pid {})", local.pod.name,
-                   local.share_manager_alive ? "adopted" : "found gone", local.pid);
+                   local.share_manager_alive ? "adopted"
+                   : other_boot              ? "found gone (recorded in another boot)"
+                                             : "found gone",
+                   local.pid);
       pods_[local.pod.name] = std::move(local);
     }
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
@@ -369,15 +408,9 @@ std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
   std::vector<std::pair<pid_t, uint64_t>> found;
   for (const auto& p : local.procs) {
     if (Exited(p.pidfd.get())) continue;
-    // The pidfd cannot hit a reused pid. The group: only while its leader
-    // lives, whose pid (and so the group id) cannot be reused meanwhile.
     if (sig != SIGKILL) {
-      syscall(SYS_pidfd_send_signal, p.pidfd.get(), sig, nullptr, 0);
-      if (getpgid(p.pid) == p.pid) kill(-p.pid, sig);
-      if (sig == SIGTERM) {
-        syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGCONT, nullptr, 0);  // frozen: see it
-        if (getpgid(p.pid) == p.pid) kill(-p.pid, SIGCONT);
-      }
+      if (sig == SIGTERM) SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // frozen: see it
+      SignalWithGroup(p.pid, p.pidfd.get(), sig);
       continue;
     }
     if (getpgid(p.pid) == p.pid) {
@@ -388,16 +421,14 @@ std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
         }
       }
       if (checks.empty()) {
-        kill(-p.pid, SIGKILL);
+        SignalGroup(p.pid, p.pidfd.get(), SIGKILL);
       } else {
         // The group's SIGKILL would reach the check: its members get theirs
         // one by one, through pidfds (a member gone since the scan is skipped,
         // its pid never hit).
         for (auto [m, start] : members) {
           base::UniqueFd fd(PidfdOpen(m));
-          if (fd && base::ProcessAlive(m, start)) {
-            syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
-          }
+          if (fd && base::ProcessAlive(m, start)) PidfdSignal(fd.get(), SIGKILL);
         }
         for (auto [c, start] : checks) {
           if (start >= local.start_ticks) found.emplace_back(c, start);
@@ -408,7 +439,7 @@ std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
     if (st && st->start_ticks == p.start_ticks && IsFilesystemCheck(st->comm)) {
       spared.push_back(p.pid);
     } else {
-      syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGKILL, nullptr, 0);
+      PidfdSignal(p.pidfd.get(), SIGKILL);
     }
   }
   for (auto [pid, start] : found) {
@@ -543,7 +574,8 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
                                          FormatRecord({.pod = pod,
                                                        .pid = local.pid,
                                                        .start_ticks = local.start_ticks,
-                                                       .stop_timeout = stop_timeout}),
+                                                       .stop_timeout = stop_timeout,
+                                                       .boot_id = boot_id_}),
                                          0644, base::Durability::kReplaced);
       !s.ok()) {
     gate_write.reset();  // never released: the held shell exits
@@ -670,9 +702,8 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
       if (local.share_manager_alive) {
         for (const auto& p : local.procs) {
           if (p.pid != local.pid) continue;
-          syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGTERM, nullptr, 0);
-          kill(-p.pid, SIGTERM);
-          kill(-p.pid, SIGCONT);  // a frozen pod must see its SIGTERM
+          SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // a frozen pod must see its SIGTERM
+          SignalWithGroup(p.pid, p.pidfd.get(), SIGTERM);
         }
       }
     }

@@ -4,11 +4,11 @@
 // a persistent volume) and stable ports (like a Kubernetes Service).
 //
 // Pods are observed, not remembered: each pod is recorded under
-// <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid and /proc start
-// time) before Create returns, and a runtime started over the same work dir
-// adopts the live ones. A pid is trusted only with its start time, so a reused
-// pid is never taken for the pod. A pod is gone only when its whole process
-// tree is (the share-manager and the children it started in their own groups,
+// <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid, /proc start
+// time and the boot's id) before Create returns, and a runtime started over
+// the same work dir adopts the live ones. A pid is trusted only with its start
+// time in the same boot, so a reused pid is never taken for the pod. A pod is gone only when its
+// whole process tree is (the share-manager and the children it started in their own groups,
 // ganesha), seen through pidfds and /proc. One runtime per work dir: it holds
 // the work dir's lock for its lifetime.
 #pragma once
@@ -149,6 +149,7 @@ class LocalPodRuntime final : public PodRuntime {
   // First: released only after everything below (the monitor included) is gone.
   base::FileLock work_dir_lock_;
   LocalPodRuntimeOptions options_;
+  const std::string boot_id_;  // this boot's; empty when unreadable
   LocalPortTable ports_;
   // Waiters (Shutdown) await conditions on it: a pod left pods_, creating_ fell.
   mutable absl::Mutex mu_;

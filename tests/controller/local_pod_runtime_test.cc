@@ -175,10 +175,15 @@ TEST_CASE("local runtime: ports are unique across volumes and roles, and stable 
   }
 }
 
-TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and is reported gone") {
+namespace {
+
+// Records a pod whose pid is now someone else's live process, the record
+// telling them apart as `identity(start_ticks)` says (its start_ticks= and
+// boot_id= lines): the pod must be listed as gone, and deleted without that
+// process ever being signalled.
+void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& identity) {
   testing_support::TempDir dir;
   Reaper reaper;
-  // Someone else's process now holds the recorded pid.
   const pid_t other = fork();
   REQUIRE(other >= 0);
   if (other == 0) {
@@ -191,10 +196,9 @@ TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and 
   REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
   const std::string name = PodName("vol", 4);
   REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/" + name + ".pod",
-                                    "name=" + name +
-                                        "\nvolume=vol\nepoch=4\npid=" + std::to_string(other) +
-                                        "\nstart_ticks=" + std::to_string(st->start_ticks - 1) +
-                                        "\nstarted_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
+                                    "name=" + name + "\nvolume=vol\nepoch=4\npid=" +
+                                        std::to_string(other) + "\n" + identity(st->start_ticks) +
+                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
               .ok());
   auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
   auto pods = runtime->List("vol");
@@ -210,6 +214,22 @@ TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and 
   CHECK(base::ProcessAlive(other, st->start_ticks));  // never signalled
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
   runtime->Shutdown();
+}
+
+}  // namespace
+
+TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and is reported gone") {
+  CheckRecordOfAnotherProcess([](uint64_t start_ticks) {
+    return "start_ticks=" + std::to_string(start_ticks - 1) + "\n";  // started after the pod
+  });
+}
+
+TEST_CASE("local runtime: a pod record from another boot is not adopted, and is reported gone") {
+  // Start ticks count from boot: after a reboot another process may match.
+  CheckRecordOfAnotherProcess([](uint64_t start_ticks) {
+    return "start_ticks=" + std::to_string(start_ticks) +
+           "\nboot_id=00000000-0000-4000-8000-000000000000\n";
+  });
 }
 
 TEST_CASE("local runtime: an unreadable pod record fails List instead of reading as no pod") {
@@ -365,6 +385,11 @@ TEST_CASE(
   auto pod = first->Create(Spec("vol"), 3);
   REQUIRE(pod.ok());
   const Pod created = *pod;
+  // Its pid and start time are this boot's.
+  auto record = base::ReadFile(dir.path() + "/vol/pods/" + pod->name + ".pod");
+  REQUIRE(record.ok());
+  REQUIRE(base::BootId().has_value());
+  CHECK(record->find("\nboot_id=" + *base::BootId() + "\n") != std::string::npos);
   const pid_t pid = first->Pid(pod->name);
   reaper.Add(pid);
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
