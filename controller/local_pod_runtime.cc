@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -25,7 +27,6 @@
 #include "base/clock.h"
 #include "base/files.h"
 #include "base/fmt_absl.h"
-#include "base/loopback_port.h"
 #include "base/proc.h"
 
 namespace controller {
@@ -167,6 +168,23 @@ absl::StatusOr<std::map<std::string, LocalPortTable::Ports>> LocalPortTable::Loa
   return out;
 }
 
+absl::StatusOr<base::PortRange> LocalPortTable::Usable(base::PortRange range) {
+  if (range.first == 0 || range.first > range.last) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid port range ", range.first, "-", range.last));
+  }
+  const auto ephemeral = base::EphemeralPortRange();
+  if (!ephemeral.ok()) return range;  // nothing known to avoid
+  if (range.first >= ephemeral->first) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "port range ", range.first, "-", range.last, " is not below the kernel's ephemeral range ",
+        ephemeral->first, "-", ephemeral->last,
+        " (net.ipv4.ip_local_port_range), whose ports outgoing connections take"));
+  }
+  range.last = std::min<uint16_t>(range.last, ephemeral->first - 1);
+  return range;
+}
+
 absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& volume) {
   // Held across read-allocate-write: two runtimes over one work dir (an old
   // one shutting down, a new one starting) must not both take a port.
@@ -178,23 +196,24 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
   auto table = Load();
   if (!table.ok()) return table.status();
   if (auto it = table->find(volume); it != table->end()) return it->second;
+  auto range = Usable(range_);
+  if (!range.ok()) return range.status();
   std::set<uint16_t> used;
   for (const auto& [name, p] : *table) used.insert({p.grpc, p.nfs});
+  std::vector<uint16_t> candidates(size_t{range->last} - range->first + 1);
+  std::iota(candidates.begin(), candidates.end(), range->first);
+  std::shuffle(candidates.begin(), candidates.end(), std::mt19937(std::random_device()()));
+  auto next = candidates.begin();
   auto pick = [&]() -> uint16_t {
-    for (int attempt = 0; attempt < 200; ++attempt) {
-      // The kernel's pick is free now; it must also belong to no other volume
-      // (whose pod may just be down) and still be free after that check.
-      const uint16_t port = base::FreeLoopbackPort();
-      if (port != 0 && !used.contains(port) && PortFree(port)) {
-        used.insert(port);
-        return port;
-      }
-    }
-    return 0;
+    // Not another volume's (whose pod may just be down), and free now.
+    next = std::find_if(next, candidates.end(),
+                        [&](uint16_t port) { return !used.contains(port) && PortFree(port); });
+    return next == candidates.end() ? 0 : *next++;
   };
   Ports ports{.grpc = pick(), .nfs = pick()};
   if (ports.grpc == 0 || ports.nfs == 0) {
-    return absl::ResourceExhaustedError("no free loopback port for " + volume);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no free port in ", range->first, "-", range->last, " for ", volume));
   }
   (*table)[volume] = ports;
   std::string text;
@@ -205,8 +224,10 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
 
 absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
     LocalPodRuntimeOptions options) {
-  if (options.work_dir.empty())
+  if (options.work_dir.empty()) {
     return absl::InvalidArgumentError("the pod runtime needs a work dir");
+  }
+  if (auto range = LocalPortTable::Usable(options.port_range); !range.ok()) return range.status();
   if (auto s = base::EnsureDirectory(options.work_dir, 0755); !s.ok()) return s;
   auto lock = base::FileLock::Acquire(options.work_dir, base::FileLock::Kind::kDirectory,
                                       options.lock_holder);
@@ -219,7 +240,7 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock 
     : work_dir_lock_(std::move(work_dir_lock)),
       options_(std::move(options)),
       boot_id_(base::BootId().value_or("")),
-      ports_(options_.work_dir),
+      ports_(options_.work_dir, options_.port_range),
       epoll_(epoll_create1(EPOLL_CLOEXEC)),
       wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event ev{};

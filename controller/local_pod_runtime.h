@@ -25,12 +25,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file_lock.h"
+#include "base/loopback_port.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
 #include "supervisor/child_process.h"
 
 namespace controller {
+
+// Below Linux's default ephemeral range (32768-60999).
+inline constexpr base::PortRange kDefaultPortRange{20000, 29999};
 
 struct LocalPodRuntimeOptions {
   std::string share_manager_binary = "share-manager";
@@ -49,6 +53,9 @@ struct LocalPodRuntimeOptions {
   // Shutdown() deletes every pod and waits until they are gone. When false,
   // pods keep running (ephemeral ones excepted) for the next runtime to adopt.
   bool stop_pods_on_exit = true;
+  // Volumes' gRPC and NFS ports are drawn at random from here (see
+  // LocalPortTable).
+  base::PortRange port_range = kDefaultPortRange;
   // Who holds the work dir, as the error of a second runtime over it names it.
   std::string lock_holder = "pod runtime";
 };
@@ -56,13 +63,23 @@ struct LocalPodRuntimeOptions {
 // Per-volume ports persisted in <work_dir>/ports (flocked while read and
 // written): a volume keeps its NFS and gRPC ports across pods and controller
 // restarts, and no port is ever handed to two volumes or to both roles.
+//
+// New ports come from `range`, below the kernel's ephemeral range: a port
+// there (what a bind to port 0 gets) is also what outgoing connections take,
+// so one could hold a volume's port while its pod is down. Drawn at random,
+// not in order, so work dirs side by side (parallel tests) rarely collide.
 class LocalPortTable {
  public:
   struct Ports {
     uint16_t grpc = 0;
     uint16_t nfs = 0;
   };
-  explicit LocalPortTable(std::string work_dir) : work_dir_(std::move(work_dir)) {}
+  explicit LocalPortTable(std::string work_dir, base::PortRange range = kDefaultPortRange)
+      : work_dir_(std::move(work_dir)), range_(range) {}
+  // The part of `range` below the kernel's ephemeral range (all of it when
+  // that range cannot be read); InvalidArgument when nothing is left or it
+  // is no range.
+  static absl::StatusOr<base::PortRange> Usable(base::PortRange range);
   // The volume's ports, allocated (free on 127.0.0.1 now, unused by any other
   // volume) and persisted the first time.
   absl::StatusOr<Ports> Get(const std::string& volume);
@@ -71,6 +88,7 @@ class LocalPortTable {
 
  private:
   std::string work_dir_;
+  base::PortRange range_;
 };
 
 class LocalPodRuntime final : public PodRuntime {
@@ -79,7 +97,8 @@ class LocalPodRuntime final : public PodRuntime {
   // lifetime, then adopts the pods recorded there. Two runtimes over one work
   // dir would both adopt, delete and replace the same pods: while another one
   // (in this process or another) holds it, fails with FailedPrecondition
-  // "another <lock_holder> holds <work_dir> (pid N)".
+  // "another <lock_holder> holds <work_dir> (pid N)". InvalidArgument: no
+  // work dir, or no usable port range (LocalPortTable::Usable).
   static absl::StatusOr<std::unique_ptr<LocalPodRuntime>> Open(LocalPodRuntimeOptions options);
   // Shutdown(), if not done yet; then releases the work dir.
   ~LocalPodRuntime() override;

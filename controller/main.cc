@@ -16,11 +16,13 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
 #include "base/file_lock.h"
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/loopback_port.h"
 #include "base/validate.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
   std::string repair_budget = "30m";
   bool stop_pods_on_exit = true, ephemeral_pods = false;
   std::string termination_grace = "0s";
+  std::string port_range =
+      absl::StrCat(controller::kDefaultPortRange.first, "-", controller::kDefaultPortRange.last);
   std::string readonly_budget = "2m";
   unsigned max_remounts = 3;
   app.add_option("--share", shares, "Serve this volume (repeatable)");
@@ -108,6 +112,11 @@ int main(int argc, char** argv) {
                  "SIGTERM to SIGKILL delay when deleting a pod (0s: per pod, twice the "
                  "--stop-timeout its daemon runs with plus 5s)")
       ->capture_default_str();
+  app.add_option("--port-range", port_range,
+                 "Volumes' gRPC and NFS ports are drawn at random from FIRST-LAST, clipped to end "
+                 "below the kernel's ephemeral range (net.ipv4.ip_local_port_range), whose ports "
+                 "outgoing connections take")
+      ->capture_default_str();
   app.add_option("--readonly-budget", readonly_budget,
                  "A share read-only this long (and not repairing) is replaced")
       ->capture_default_str();
@@ -135,6 +144,14 @@ int main(int argc, char** argv) {
   }
   if (auto v = base::ValidateConfigPath("--work-dir", work_dir); !v.ok()) {
     std::cerr << "share-controller: " << v.message() << "\n";
+    return 2;
+  }
+  // Checked here too (not only by the runtime): a bad range is a bad flag, and
+  // found before anything is written.
+  auto ports = base::ParsePortRange(port_range);
+  if (ports.ok()) ports = controller::LocalPortTable::Usable(*ports);
+  if (!ports.ok()) {
+    std::cerr << "share-controller: --port-range: " << ports.status().message() << "\n";
     return 2;
   }
 
@@ -215,6 +232,7 @@ int main(int argc, char** argv) {
                                              ParseMs("--termination-grace", termination_grace)),
                                          .ephemeral = ephemeral_pods,
                                          .stop_pods_on_exit = stop_pods_on_exit,
+                                         .port_range = *ports,
                                          .lock_holder = "share-controller"});
   if (!opened.ok()) {
     std::cerr << "share-controller: " << opened.status().message() << "\n";

@@ -5,19 +5,23 @@
 #include "controller/local_pod_runtime.h"
 
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "base/files.h"
+#include "base/loopback_port.h"
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
 #include "tests/controller/fake_share_manager.h"
@@ -125,6 +129,17 @@ sharemanager::controller::v1::ShareSpec Spec(const std::string& volume) {
   return spec;
 }
 
+// A TCP socket bound to 127.0.0.1:port; empty when the port is taken.
+base::UniqueFd BindLoopback(uint16_t port) {
+  base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (!fd || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
+  return fd;
+}
+
 // A runtime over `options.work_dir`; the test stops when it cannot be opened.
 std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
   auto runtime = LocalPodRuntime::Open(std::move(options));
@@ -217,6 +232,101 @@ void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& ide
 }
 
 }  // namespace
+
+TEST_CASE("local runtime: ports are picked below the kernel's ephemeral range") {
+  // Outgoing connections take their local ports from the ephemeral range: a
+  // volume's port there could be taken while its pod is down.
+  auto range = base::ReadFile("/proc/sys/net/ipv4/ip_local_port_range");
+  REQUIRE(range.ok());
+  const int ephemeral_first = std::atoi(range->c_str());
+  REQUIRE(ephemeral_first > 1024);
+  testing_support::TempDir dir;
+  LocalPortTable table(dir.path());
+  for (int i = 0; i < 10; ++i) {
+    auto ports = table.Get("vol-" + std::to_string(i));
+    REQUIRE(ports.ok());
+    CHECK(ports->grpc < ephemeral_first);
+    CHECK(ports->nfs < ephemeral_first);
+  }
+}
+
+TEST_CASE("local runtime: ports come at random from the range given, never a busy one") {
+  // Six ports free now, then one of them taken by someone else.
+  std::mt19937 random(std::random_device{}());
+  uint16_t first = 0;
+  for (int attempt = 0; attempt < 100 && first == 0; ++attempt) {
+    const auto base = static_cast<uint16_t>(20000 + random() % 9990);
+    bool all_free = true;
+    for (uint16_t p = base; p < base + 6; ++p) {
+      all_free = all_free && static_cast<bool>(BindLoopback(p));
+    }
+    if (all_free) first = base;
+  }
+  REQUIRE(first != 0);
+  const base::UniqueFd busy = BindLoopback(static_cast<uint16_t>(first + 2));
+  REQUIRE(busy);
+  testing_support::TempDir dir;
+  LocalPortTable table(dir.path(), {first, static_cast<uint16_t>(first + 5)});
+  std::set<uint16_t> all;
+  for (const std::string volume : {"vol-a", "vol-b"}) {
+    auto ports = table.Get(volume);
+    REQUIRE(ports.ok());
+    all.insert({ports->grpc, ports->nfs});
+  }
+  CHECK(all.size() == 4);
+  CHECK(*all.begin() >= first);
+  CHECK(*all.rbegin() <= first + 5);
+  CHECK_FALSE(all.contains(static_cast<uint16_t>(first + 2)));
+  // One port left: not enough for a volume.
+  CHECK(table.Get("vol-c").status().code() == absl::StatusCode::kResourceExhausted);
+
+  // Random, not in order: two work dirs side by side rarely pick the same.
+  testing_support::TempDir other_dir;
+  LocalPortTable one(dir.path() + "/one"), two(other_dir.path());
+  REQUIRE(base::EnsureDirectory(dir.path() + "/one", 0755).ok());
+  std::set<uint16_t> first_dir, common;
+  for (int i = 0; i < 10; ++i) {
+    auto a = one.Get("vol-" + std::to_string(i));
+    auto b = two.Get("vol-" + std::to_string(i));
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    first_dir.insert({a->grpc, a->nfs});
+    for (uint16_t p : {b->grpc, b->nfs}) {
+      if (first_dir.contains(p)) common.insert(p);
+    }
+  }
+  CHECK(common.size() < 5);  // 20 of 10000 each: ~0.04 in common on average
+}
+
+TEST_CASE("local runtime: a port range must lie below the kernel's ephemeral range") {
+  const auto ephemeral = base::EphemeralPortRange();
+  REQUIRE(ephemeral.ok());
+  REQUIRE(ephemeral->first > 20001);
+  // Clipped to end below it.
+  auto usable = LocalPortTable::Usable({20000, 65535});
+  REQUIRE(usable.ok());
+  CHECK(usable->first == 20000);
+  CHECK(usable->last == ephemeral->first - 1);
+  // Nothing left: refused, by the runtime too, saying why.
+  CHECK(LocalPortTable::Usable({ephemeral->first, ephemeral->last}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  testing_support::TempDir dir;
+  auto runtime = LocalPodRuntime::Open(
+      {.work_dir = dir.path(), .port_range = {ephemeral->first, ephemeral->last}});
+  REQUIRE_FALSE(runtime.ok());
+  CHECK(runtime.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(runtime.status().message().find("ephemeral") != std::string::npos);
+
+  // The flag's syntax.
+  auto parsed = base::ParsePortRange("20000-29999");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->first == 20000);
+  CHECK(parsed->last == 29999);
+  for (const std::string bad : {"", "20000", "5-3", "0-10", "1-70000", "a-b", "1-2-3", "-1-2"}) {
+    CAPTURE(bad);
+    CHECK(base::ParsePortRange(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
 
 TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and is reported gone") {
   CheckRecordOfAnotherProcess([](uint64_t start_ticks) {

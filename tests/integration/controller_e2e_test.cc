@@ -546,4 +546,18 @@ TEST_CASE("share-controller refuses an unreadable store file instead of starting
   CHECK(!std::filesystem::exists(dir.path() + "/work/vol-cli"));  // no pod was started
 }
 
+TEST_CASE("share-controller refuses a bad --port-range before it starts anything") {
+  TempDir dir("sharemgr-ctl");
+  for (const std::string range : {"29999-20000", "40000-50000x"}) {
+    ControllerProcess ctl(
+        {"--work-dir", dir.path() + "/work", "--share", "vol-cli", "--port-range", range});
+    const auto exit = ctl.WaitExit(milliseconds(10'000));
+    REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+    CHECK(exit->ShellCode() == 2);
+    CHECK(ctl.output() == "share-controller: --port-range: invalid port range '" + range +
+                              "' (expected FIRST-LAST, 1 <= FIRST <= LAST <= 65535)\n");
+  }
+  CHECK(!std::filesystem::exists(dir.path() + "/work"));  // nothing was started
+}
+
 }  // namespace controller
