@@ -7,10 +7,11 @@
 // <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid, /proc start
 // time and the boot's id) before Create returns, and a runtime started over
 // the same work dir adopts the live ones. A pid is trusted only with its start
-// time in the same boot, so a reused pid is never taken for the pod. A pod is gone only when its
-// whole process tree is (the share-manager and the children it started in their own groups,
-// ganesha), seen through pidfds and /proc. One runtime per work dir: it holds
-// the work dir's lock for its lifetime.
+// time in the same boot, so a reused pid is never taken for the pod. A pod is
+// gone only when its whole process tree is (the share-manager and the
+// children it started in their own groups, ganesha), seen through pidfds and
+// /proc. One runtime per work dir: it holds the work dir's lock for its
+// lifetime.
 #pragma once
 
 #include <chrono>
