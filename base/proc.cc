@@ -59,6 +59,26 @@ std::vector<pid_t> ProcessChildren(pid_t pid) {
   return out;
 }
 
+std::vector<pid_t> ProcessGroupMembers(pid_t pgid) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* entry = readdir(dir)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid) || pid <= 0) continue;
+    if (auto st = ReadProcStat(pid); st && st->pgrp == pgid) out.push_back(pid);
+  }
+  closedir(dir);
+  return out;
+}
+
+std::optional<std::string> BootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!in || !std::getline(in, id) || id.empty()) return std::nullopt;
+  return id;
+}
+
 int64_t StartTicksToUnixMs(uint64_t start_ticks) {
   // /proc counts the start on the boot-time clock; convert through "now" on
   // both clocks rather than /proc/stat's btime, which has 1 s resolution.

@@ -1,5 +1,5 @@
 // Facts about other processes read from /proc: enough to tell a live process
-// from a reused pid (its start time) and to find its children.
+// from a reused pid (its start time, in this boot) and to find its children.
 #pragma once
 
 #include <sys/types.h>
@@ -31,6 +31,15 @@ bool ProcessAlive(pid_t pid, uint64_t start_ticks);
 
 // The pid's direct children, from /proc/<pid>/task/*/children.
 std::vector<pid_t> ProcessChildren(pid_t pid);
+
+// Every process in process group `pgid`, from a scan of /proc: a snapshot
+// (members may come and go at once).
+std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
+
+// This boot's id (/proc/sys/kernel/random/boot_id, a random UUID drawn at
+// boot): start ticks count from boot, so (pid, start) names one process only
+// together with it. nullopt when it cannot be read.
+std::optional<std::string> BootId();
 
 // A process start (ticks since boot) as wall-clock Unix milliseconds, using the
 // clocks as they are now.

@@ -76,11 +76,16 @@ struct E2E {
     char tmpl[] = "/tmp/sharemgr-cbench-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) std::exit(1);
     dir = tmpl;
-    runtime = std::make_unique<controller::LocalPodRuntime>(controller::LocalPodRuntimeOptions{
+    auto opened = controller::LocalPodRuntime::Open(controller::LocalPodRuntimeOptions{
         .share_manager_binary = binary,
         .work_dir = dir,
         .daemon_flags = {"--grace-period", "2", "--lease-lifetime", "2", "--log-level", "warn"},
         .termination_grace = milliseconds(2000)});
+    if (!opened.ok()) {
+      std::cerr << opened.status() << "\n";
+      std::exit(1);
+    }
+    runtime = *std::move(opened);
     connector = std::make_unique<controller::GrpcShareConnector>(
         controller::ShareClientOptions{.deadline = milliseconds(rpc_timeout_ms)});
     pb::ShareRecord r;

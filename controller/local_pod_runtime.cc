@@ -15,16 +15,18 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <numeric>
+#include <random>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/clock.h"
 #include "base/files.h"
 #include "base/fmt_absl.h"
-#include "base/loopback_port.h"
 #include "base/proc.h"
 
 namespace controller {
@@ -37,6 +39,27 @@ int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 
 bool Exited(int pidfd) {
   pollfd p{.fd = pidfd, .events = POLLIN, .revents = 0};
   return poll(&p, 1, 0) > 0;
+}
+
+void PidfdSignal(int pidfd, int sig) { syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0); }
+
+// Signals the process group `leader` leads, if it leads one and has not
+// exited. A group's id is its leader's pid, and the kernel keeps a pid
+// allocated while its process exists (a zombie included) and while any
+// process of its group does: while the leader has not exited, no other
+// process or group can have this id. The exit is checked last, just before
+// the kill: only an instant in which the leader would have to exit, be
+// reaped, its group empty out and its id be handed to a new group is left.
+void SignalGroup(pid_t leader, int leader_pidfd, int sig) {
+  if (getpgid(leader) == leader && !Exited(leader_pidfd)) kill(-leader, sig);
+}
+
+// Signals the process through its pidfd (which cannot hit a reused pid) and
+// the group it leads. The group first: once its leader got the signal it may
+// be gone, and the group no longer reachable safely.
+void SignalWithGroup(pid_t pid, int pidfd, int sig) {
+  SignalGroup(pid, pidfd, sig);
+  PidfdSignal(pidfd, sig);
 }
 
 // The value of --stop-timeout in `flags` (either spelling), else the daemon's default.
@@ -54,6 +77,13 @@ std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
   return std::chrono::seconds(10);
 }
 
+// e2fsck, and fsck with its fsck.<type> helpers (/proc's comm). A check
+// SIGKILLed mid-write can leave the filesystem worse than it found it; on
+// SIGTERM it stops at a safe point.
+bool IsFilesystemCheck(const std::string& comm) {
+  return comm == "e2fsck" || comm == "fsck" || comm.starts_with("fsck.");
+}
+
 bool PortFree(uint16_t port) {
   base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
@@ -63,34 +93,58 @@ bool PortFree(uint16_t port) {
   return fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
-// A pod record: one "key=value" per line.
-std::string FormatRecord(const Pod& pod, pid_t pid, uint64_t start_ticks) {
-  return absl::StrCat("name=", pod.name, "\nvolume=", pod.volume, "\nepoch=", pod.epoch,
-                      "\npid=", pid, "\nstart_ticks=", start_ticks,
-                      "\nstarted_unix_ms=", pod.started_unix_ms, "\nendpoint=", pod.endpoint,
-                      "\nnfs_port=", pod.nfs_port, "\n");
+// What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
+struct PodRecord {
+  Pod pod;
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;
+  // The pod's own --stop-timeout: its grace after a restart. Unset in records
+  // written before it was kept (pods that outlived a controller upgrade).
+  std::optional<std::chrono::milliseconds> stop_timeout;
+  // The boot the pid and start ticks belong to. Empty in older records, or
+  // when the boot id could not be read.
+  std::string boot_id;
+};
+
+std::string FormatRecord(const PodRecord& r) {
+  return absl::StrCat("name=", r.pod.name, "\nvolume=", r.pod.volume, "\nepoch=", r.pod.epoch,
+                      "\npid=", r.pid, "\nstart_ticks=", r.start_ticks,
+                      "\nstarted_unix_ms=", r.pod.started_unix_ms, "\nendpoint=", r.pod.endpoint,
+                      "\nnfs_port=", r.pod.nfs_port,
+                      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(),
+                      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id, "\n");
 }
 
-absl::Status ParseRecord(const std::string& text, Pod& pod, pid_t& pid, uint64_t& start_ticks) {
+absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
   std::map<std::string, std::string> kv;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::pair<std::string, std::string> p = absl::StrSplit(line, absl::MaxSplits('=', 1));
     kv[p.first] = p.second;
   }
+  PodRecord r;
   uint32_t port = 0;
-  pod.name = kv["name"];
-  pod.volume = kv["volume"];
-  pod.endpoint = kv["endpoint"];
-  if (pod.name.empty() || pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &pod.epoch) ||
-      !absl::SimpleAtoi(kv["pid"], &pid) || !absl::SimpleAtoi(kv["start_ticks"], &start_ticks) ||
-      !absl::SimpleAtoi(kv["started_unix_ms"], &pod.started_unix_ms) ||
+  r.pod.name = kv["name"];
+  r.pod.volume = kv["volume"];
+  r.pod.endpoint = kv["endpoint"];
+  r.boot_id = kv["boot_id"];
+  if (r.pod.name.empty() || r.pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &r.pod.epoch) ||
+      !absl::SimpleAtoi(kv["pid"], &r.pid) ||
+      !absl::SimpleAtoi(kv["start_ticks"], &r.start_ticks) ||
+      !absl::SimpleAtoi(kv["started_unix_ms"], &r.pod.started_unix_ms) ||
       !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
     return absl::DataLossError("malformed pod record");
   }
   // kill(-1) or kill(-0) would signal everything we may signal, or ourselves.
-  if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
-  pod.nfs_port = static_cast<uint16_t>(port);
-  return absl::OkStatus();
+  if (r.pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", r.pid));
+  r.pod.nfs_port = static_cast<uint16_t>(port);
+  if (auto it = kv.find("stop_timeout_ms"); it != kv.end()) {
+    int64_t ms = 0;
+    if (!absl::SimpleAtoi(it->second, &ms) || ms < 0) {
+      return absl::DataLossError("malformed stop_timeout_ms in pod record");
+    }
+    r.stop_timeout = std::chrono::milliseconds(ms);
+  }
+  return r;
 }
 
 }  // namespace
@@ -114,6 +168,23 @@ absl::StatusOr<std::map<std::string, LocalPortTable::Ports>> LocalPortTable::Loa
   return out;
 }
 
+absl::StatusOr<base::PortRange> LocalPortTable::Usable(base::PortRange range) {
+  if (range.first == 0 || range.first > range.last) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid port range ", range.first, "-", range.last));
+  }
+  const auto ephemeral = base::EphemeralPortRange();
+  if (!ephemeral.ok()) return range;  // nothing known to avoid
+  if (range.first >= ephemeral->first) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "port range ", range.first, "-", range.last, " is not below the kernel's ephemeral range ",
+        ephemeral->first, "-", ephemeral->last,
+        " (net.ipv4.ip_local_port_range), whose ports outgoing connections take"));
+  }
+  range.last = std::min<uint16_t>(range.last, ephemeral->first - 1);
+  return range;
+}
+
 absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& volume) {
   // Held across read-allocate-write: two runtimes over one work dir (an old
   // one shutting down, a new one starting) must not both take a port.
@@ -125,23 +196,24 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
   auto table = Load();
   if (!table.ok()) return table.status();
   if (auto it = table->find(volume); it != table->end()) return it->second;
+  auto range = Usable(range_);
+  if (!range.ok()) return range.status();
   std::set<uint16_t> used;
   for (const auto& [name, p] : *table) used.insert({p.grpc, p.nfs});
+  std::vector<uint16_t> candidates(size_t{range->last} - range->first + 1);
+  std::iota(candidates.begin(), candidates.end(), range->first);
+  std::shuffle(candidates.begin(), candidates.end(), std::mt19937(std::random_device()()));
+  auto next = candidates.begin();
   auto pick = [&]() -> uint16_t {
-    for (int attempt = 0; attempt < 200; ++attempt) {
-      // The kernel's pick is free now; it must also belong to no other volume
-      // (whose pod may just be down) and still be free after that check.
-      const uint16_t port = base::FreeLoopbackPort();
-      if (port != 0 && !used.contains(port) && PortFree(port)) {
-        used.insert(port);
-        return port;
-      }
-    }
-    return 0;
+    // Not another volume's (whose pod may just be down), and free now.
+    next = std::find_if(next, candidates.end(),
+                        [&](uint16_t port) { return !used.contains(port) && PortFree(port); });
+    return next == candidates.end() ? 0 : *next++;
   };
   Ports ports{.grpc = pick(), .nfs = pick()};
   if (ports.grpc == 0 || ports.nfs == 0) {
-    return absl::ResourceExhaustedError("no free loopback port for " + volume);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no free port in ", range->first, "-", range->last, " for ", volume));
   }
   (*table)[volume] = ports;
   std::string text;
@@ -150,19 +222,38 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
   return ports;
 }
 
-LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options)
-    : options_(std::move(options)),
-      grace_(options_.termination_grace.count() > 0
-                 ? options_.termination_grace
-                 : StopTimeout(options_.daemon_flags) * 2 + std::chrono::seconds(5)),
-      ports_(options_.work_dir),
+absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
+    LocalPodRuntimeOptions options) {
+  if (options.work_dir.empty()) {
+    return absl::InvalidArgumentError("the pod runtime needs a work dir");
+  }
+  if (auto range = LocalPortTable::Usable(options.port_range); !range.ok()) return range.status();
+  if (auto s = base::EnsureDirectory(options.work_dir, 0755); !s.ok()) return s;
+  auto lock = base::FileLock::Acquire(options.work_dir, base::FileLock::Kind::kDirectory,
+                                      options.lock_holder);
+  if (!lock.ok()) return lock.status();
+  return std::unique_ptr<LocalPodRuntime>(
+      new LocalPodRuntime(std::move(options), *std::move(lock)));
+}
+
+LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock)
+    : work_dir_lock_(std::move(work_dir_lock)),
+      options_(std::move(options)),
+      boot_id_(base::BootId().value_or("")),
+      ports_(options_.work_dir, options_.port_range),
       epoll_(epoll_create1(EPOLL_CLOEXEC)),
       wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wakeup_.get();
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &ev);
-  Load();
+  if (boot_id_.empty()) {
+    spdlog::warn("cannot read this boot's id: pod records are trusted on pid and start time alone");
+  }
+  {
+    absl::MutexLock lock(&mu_);  // no other thread yet; the analysis wants it held
+    Load();
+  }
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -198,22 +289,32 @@ void LocalPodRuntime::Load() {
     for (; !pods_ec && entries != fs::directory_iterator(); entries.increment(pods_ec)) {
       const fs::directory_entry& entry = *entries;
       if (entry.path().extension() != ".pod") continue;
-      LocalPod local;
       auto text = base::ReadFile(entry.path());
-      absl::Status parsed =
-          text.ok() ? ParseRecord(*text, local.pod, local.pid, local.start_ticks) : text.status();
-      if (parsed.ok() && local.pod.volume != volume) {
-        parsed = absl::DataLossError("record of another volume");
+      absl::StatusOr<PodRecord> record = text.ok() ? ParseRecord(*text) : text.status();
+      if (record.ok() && record->pod.volume != volume) {
+        record = absl::DataLossError("record of another volume");
       }
-      if (!parsed.ok()) {
-        bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", parsed.message());
+      if (!record.ok()) {
+        bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", record.status().message());
         continue;
       }
+      LocalPod local;
+      local.pod = record->pod;
+      local.pid = record->pid;
+      local.start_ticks = record->start_ticks;
+      // An older record: what the runtime's own flags would have given it.
+      local.grace = Grace(record->stop_timeout.value_or(StopTimeout(options_.daemon_flags)));
       local.record_path = entry.path();
       local.state_dir = volume_dir.path() / "state";
-      // The pid is the pod's only if it still started when the record says:
+      // The pid is the pod's only in the boot the record was written in (start
+      // ticks count from boot) and if it still started when the record says:
       // after a reboot or a pid reuse it is someone else, never signalled.
-      if (base::ProcessAlive(local.pid, local.start_ticks)) {
+      // Records without a boot id (older ones) have only the start time.
+      const bool other_boot =
+          !record->boot_id.empty() && !boot_id_.empty() && record->boot_id != boot_id_;
+      if (other_boot) {
+        local.state_dir.clear();  // a ganesha running now is not this pod's either
+      } else if (base::ProcessAlive(local.pid, local.start_ticks)) {
         AddProc(local, local.pid, local.start_ticks);
         local.share_manager_alive = !local.procs.empty();
       }
@@ -221,7 +322,10 @@ void LocalPodRuntime::Load() {
       local.pod.exit_code = -1;  // not our child: its exit status cannot be known
       Refresh(local);
       spdlog::info("pod {}: {} (pid {})", local.pod.name,
-                   local.share_manager_alive ? "adopted" : "found gone", local.pid);
+                   local.share_manager_alive ? "adopted"
+                   : other_boot              ? "found gone (recorded in another boot)"
+                                             : "found gone",
+                   local.pid);
       pods_[local.pod.name] = std::move(local);
     }
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
@@ -303,53 +407,100 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
       local.orphans_termed = true;
       SignalAll(local, SIGTERM);
     }
-    if (!local.killed && SteadyClock::now() - local.term_started >= grace_) {
+    if (!local.killed && SteadyClock::now() - local.term_started >= local.grace) {
       local.killed = true;
-      SignalAll(local, SIGKILL);
+      if (const auto checks = SignalAll(local, SIGKILL); !checks.empty()) {
+        spdlog::warn(
+            "pod {}: a filesystem check is still running (pid {}); it got SIGTERM and never gets "
+            "SIGKILL (killed mid-write it can corrupt the filesystem): the pod stays terminating "
+            "until the check ends",
+            local.pod.name, absl::StrJoin(checks, ", "));
+      }
     }
   }
   local.pod.terminating = local.deleting && !local.procs.empty();
   return phase != local.pod.phase || terminating != local.pod.terminating;
 }
 
-void LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
+std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
+  std::vector<pid_t> spared;
+  // Checks met in a group and not tracked yet: tracked from now on, so the
+  // pod stays listed while they run.
+  std::vector<std::pair<pid_t, uint64_t>> found;
   for (const auto& p : local.procs) {
     if (Exited(p.pidfd.get())) continue;
-    // The pidfd cannot hit a reused pid. The group: only while its leader
-    // lives, whose pid (and so the group id) cannot be reused meanwhile.
-    syscall(SYS_pidfd_send_signal, p.pidfd.get(), sig, nullptr, 0);
-    if (getpgid(p.pid) == p.pid) kill(-p.pid, sig);
-    if (sig == SIGTERM) {
-      syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGCONT, nullptr, 0);  // frozen: see it
-      if (getpgid(p.pid) == p.pid) kill(-p.pid, SIGCONT);
+    if (sig != SIGKILL) {
+      if (sig == SIGTERM) SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // frozen: see it
+      SignalWithGroup(p.pid, p.pidfd.get(), sig);
+      continue;
+    }
+    if (getpgid(p.pid) == p.pid) {
+      std::vector<std::pair<pid_t, uint64_t>> members, checks;
+      for (pid_t m : base::ProcessGroupMembers(p.pid)) {
+        if (auto st = base::ReadProcStat(m); st && st->pgrp == p.pid) {
+          (IsFilesystemCheck(st->comm) ? checks : members).emplace_back(m, st->start_ticks);
+        }
+      }
+      if (checks.empty()) {
+        SignalGroup(p.pid, p.pidfd.get(), SIGKILL);
+      } else {
+        // The group's SIGKILL would reach the check: its members get theirs
+        // one by one, through pidfds (a member gone since the scan is skipped,
+        // its pid never hit).
+        for (auto [m, start] : members) {
+          base::UniqueFd fd(PidfdOpen(m));
+          if (fd && base::ProcessAlive(m, start)) PidfdSignal(fd.get(), SIGKILL);
+        }
+        for (auto [c, start] : checks) {
+          if (start >= local.start_ticks) found.emplace_back(c, start);
+        }
+      }
+    }
+    const auto st = base::ReadProcStat(p.pid);
+    if (st && st->start_ticks == p.start_ticks && IsFilesystemCheck(st->comm)) {
+      spared.push_back(p.pid);
+    } else {
+      PidfdSignal(p.pidfd.get(), SIGKILL);
     }
   }
+  for (auto [pid, start] : found) {
+    AddProc(local, pid, start);
+    if (std::find(spared.begin(), spared.end(), pid) == spared.end()) spared.push_back(pid);
+  }
+  return spared;
 }
 
 void LocalPodRuntime::Shutdown() {
   if (!monitor_.joinable()) return;
   std::vector<std::string> names;
+  std::chrono::milliseconds longest_grace{0};
   {
-    std::unique_lock lock(mu_);
+    absl::MutexLock lock(&mu_);
     closing_ = true;
     // A Create under way would add its pod after we listed them.
-    changed_cv_.wait(lock, [this] { return creating_ == 0; });
+    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
+    mu_.Await(absl::Condition(&created));
     if (options_.stop_pods_on_exit || options_.ephemeral) {
-      for (const auto& [name, pod] : pods_) names.push_back(name);
+      for (const auto& [name, local] : pods_) {
+        names.push_back(name);
+        longest_grace = std::max(longest_grace, local.grace);
+      }
     }
   }
   for (const auto& name : names) (void)Delete(name);
   {
-    std::unique_lock lock(mu_);
-    const bool gone = changed_cv_.wait_for(lock, grace_ + std::chrono::seconds(15), [&] {
+    absl::MutexLock lock(&mu_);
+    auto gone = [this, &names]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       for (const auto& name : names) {
         if (pods_.contains(name)) return false;
       }
       return true;
-    });
-    if (!gone)
-      spdlog::error("some pods did not die within {} ms",
-                    (grace_ + std::chrono::seconds(15)).count());
+    };
+    // Every pod gets its SIGKILL at its own grace; then a margin to die.
+    const auto timeout = longest_grace + std::chrono::seconds(15);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&gone), absl::FromChrono(timeout))) {
+      spdlog::error("some pods did not die within {} ms", timeout.count());
+    }
     stop_ = true;
   }
   Wake();
@@ -366,14 +517,14 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
   Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
     ++creating_;
   }
-  auto done = [&] {
-    std::lock_guard lock(mu_);
-    if (--creating_ == 0) changed_cv_.notify_all();
+  auto done = [this] {
+    absl::MutexLock lock(&mu_);
+    --creating_;
   };
   if (auto s = base::EnsureDirectory(volume_dir + "/pods", 0755); !s.ok()) {
     done();
@@ -389,18 +540,23 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   // The pod writes its log itself (appending), not through us: no disk write
   // happens under our lock, and the pod keeps logging after we are gone.
   const std::string log = absl::StrCat(volume_dir, "/", pod.name, ".log");
+  std::vector<std::string> daemon = {
+      options_.share_manager_binary, "daemon",
+      // The pod's own place (volume, epoch, directories, ports); flags follow.
+      "--volume", spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
+      volume_dir + "/export", "--state-dir", volume_dir + "/state", "--nfs-address", "127.0.0.1",
+      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint};
+  daemon.insert(daemon.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
+  daemon.insert(daemon.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
+  // What the daemon will use: the last --stop-timeout wins, the share's own included.
+  const std::chrono::milliseconds stop_timeout = StopTimeout(daemon);
   std::vector<std::string> argv = {"/bin/sh", "-c",
                                    // Waits for "go" (sent once the pod is recorded);
                                    // EOF (the controller died first) ends it.
                                    "read -r go && [ \"$go\" = go ] || exit 1; "
                                    "log=$1; shift; exec \"$@\" </dev/null >>\"$log\" 2>&1",
-                                   "sh", log, options_.share_manager_binary, "daemon", "--volume",
-                                   spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
-                                   volume_dir + "/export", "--state-dir", volume_dir + "/state",
-                                   "--nfs-address", "127.0.0.1", "--nfs-port",
-                                   std::to_string(pod.nfs_port), "--listen", pod.endpoint};
-  argv.insert(argv.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
-  argv.insert(argv.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
+                                   "sh", log};
+  argv.insert(argv.end(), daemon.begin(), daemon.end());
   if (options_.share_manager_binary.find('/') != std::string::npos &&
       access(options_.share_manager_binary.c_str(), X_OK) != 0) {
     done();
@@ -430,13 +586,18 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   pod.started_unix_ms = base::StartTicksToUnixMs(local.start_ticks);
   local.record_path = absl::StrCat(volume_dir, "/pods/", pod.name, ".pod");
   local.state_dir = volume_dir + "/state";
+  local.grace = Grace(stop_timeout);
   // Recorded before Create returns: a controller that restarts from here on
   // finds the pod instead of reading its absence as "gone".
   // Not fsynced: it must outlive the controller process, not the machine
   // (a reboot ends the pod too, and its pid and start time with it).
   if (auto s = base::WriteFileAtomically(local.record_path,
-                                         FormatRecord(pod, local.pid, local.start_ticks), 0644,
-                                         base::Durability::kReplaced);
+                                         FormatRecord({.pod = pod,
+                                                       .pid = local.pid,
+                                                       .start_ticks = local.start_ticks,
+                                                       .stop_timeout = stop_timeout,
+                                                       .boot_id = boot_id_}),
+                                         0644, base::Durability::kReplaced);
       !s.ok()) {
     gate_write.reset();  // never released: the held shell exits
     process->SignalGroup(SIGKILL);
@@ -455,7 +616,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   local.pod = pod;
   local.child = *std::move(process);
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     // A copy of the child's own pidfd (no new pidfd_open that could fail
     // under fd pressure and leave the pod "running" for ever).
     base::UniqueFd pidfd(fcntl(local.child->pidfd(), F_DUPFD_CLOEXEC, 0));
@@ -467,7 +628,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     local.share_manager_alive = true;
     nfs_ports_[pod.volume] = pod.nfs_port;
     pods_[pod.name] = std::move(local);
-    if (--creating_ == 0) changed_cv_.notify_all();
+    --creating_;
   }
   Wake();
   listeners_.Notify(pod.volume);
@@ -486,7 +647,7 @@ absl::StatusOr<supervisor::ChildProcess> LocalPodRuntime::SpawnOnMonitor(
       });
   auto result = task->get_future();
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     tasks_.push_back([task] { (*task)(); });
   }
   Wake();
@@ -507,13 +668,13 @@ void LocalPodRuntime::Monitor() {
     }
     std::vector<std::function<void()>> tasks;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       tasks.swap(tasks_);
     }
     for (auto& task : tasks) task();
     std::vector<std::string> changed, records;
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stop_) return;
       for (auto it = pods_.begin(); it != pods_.end();) {
         LocalPod& local = it->second;
@@ -522,7 +683,6 @@ void LocalPodRuntime::Monitor() {
           changed.push_back(local.pod.volume);
           records.push_back(local.record_path);
           it = pods_.erase(it);
-          changed_cv_.notify_all();
         } else {
           ++it;
         }
@@ -538,7 +698,7 @@ void LocalPodRuntime::Monitor() {
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
   std::string volume, record;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = pods_.find(name);
     if (it == pods_.end()) return absl::OkStatus();
     LocalPod& local = it->second;
@@ -547,7 +707,6 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
     if (local.procs.empty()) {
       record = local.record_path;
       pods_.erase(it);
-      changed_cv_.notify_all();
     } else if (local.deleting) {
       return absl::UnavailableError(absl::StrCat(
           "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
@@ -564,9 +723,8 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
       if (local.share_manager_alive) {
         for (const auto& p : local.procs) {
           if (p.pid != local.pid) continue;
-          syscall(SYS_pidfd_send_signal, p.pidfd.get(), SIGTERM, nullptr, 0);
-          kill(-p.pid, SIGTERM);
-          kill(-p.pid, SIGCONT);  // a frozen pod must see its SIGTERM
+          SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // a frozen pod must see its SIGTERM
+          SignalWithGroup(p.pid, p.pidfd.get(), SIGTERM);
         }
       }
     }
@@ -581,7 +739,7 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
   std::vector<Pod> out;
   bool changed = false;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!load_error_.empty()) return absl::DataLossError(load_error_);
     if (auto bad = bad_records_.find(volume); bad != bad_records_.end()) {
       return absl::DataLossError(absl::StrCat("unreadable pod record ", bad->second));
@@ -599,13 +757,25 @@ absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume
 void LocalPodRuntime::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
 
 uint16_t LocalPodRuntime::NfsPort(const std::string& volume) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = nfs_ports_.find(volume);
   return it == nfs_ports_.end() ? 0 : it->second;
 }
 
+std::chrono::milliseconds LocalPodRuntime::TerminationGrace(const std::string& pod) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(pod);
+  return it == pods_.end() ? std::chrono::milliseconds(0) : it->second.grace;
+}
+
+std::chrono::milliseconds LocalPodRuntime::Grace(std::chrono::milliseconds stop_timeout) const {
+  // The share-manager always gets to stop its ganesha itself first.
+  return options_.termination_grace.count() > 0 ? options_.termination_grace
+                                                : stop_timeout * 2 + std::chrono::seconds(5);
+}
+
 pid_t LocalPodRuntime::Pid(const std::string& pod) const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = pods_.find(pod);
   return it == pods_.end() ? -1 : it->second.pid;
 }

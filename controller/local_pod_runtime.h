@@ -4,25 +4,29 @@
 // a persistent volume) and stable ports (like a Kubernetes Service).
 //
 // Pods are observed, not remembered: each pod is recorded under
-// <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid and /proc start
-// time) before Create returns, and a runtime started over the same work dir
-// adopts the live ones. A pid is trusted only with its start time, so a reused
-// pid is never taken for the pod. A pod is gone only when its whole process
-// tree is (the share-manager and the children it started in their own groups,
-// ganesha), seen through pidfds and /proc.
+// <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid, /proc start
+// time and the boot's id) before Create returns, and a runtime started over
+// the same work dir adopts the live ones. A pid is trusted only with its start
+// time in the same boot, so a reused pid is never taken for the pod. A pod is
+// gone only when its whole process tree is (the share-manager and the
+// children it started in their own groups, ganesha), seen through pidfds and
+// /proc. One runtime per work dir: it holds the work dir's lock for its
+// lifetime.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "base/file_lock.h"
+#include "base/loopback_port.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
@@ -30,15 +34,19 @@
 
 namespace controller {
 
+// Below Linux's default ephemeral range (32768-60999).
+inline constexpr base::PortRange kDefaultPortRange{20000, 29999};
+
 struct LocalPodRuntimeOptions {
   std::string share_manager_binary = "share-manager";
   // Volumes live in <work_dir>/<volume>/{export,state}, pod logs beside them.
   std::string work_dir;
   // Flags for every pod, before the spec's own.
   std::vector<std::string> daemon_flags;
-  // SIGTERM, then SIGKILL to whatever remains after this long. 0: twice the
-  // daemons' --stop-timeout (from daemon_flags, default 10 s) plus 5 s, so a
-  // share-manager always gets to stop its ganesha itself first.
+  // SIGTERM, then SIGKILL to whatever remains after this long. 0: per pod,
+  // twice the --stop-timeout its daemon runs with (the last in its argv: the
+  // share's daemon_flags, then these, else the daemon's default 10 s) plus
+  // 5 s, so a share-manager always gets to stop its ganesha itself first.
   std::chrono::milliseconds termination_grace{0};
   // Pods get SIGKILL when the runtime's process dies (PR_SET_PDEATHSIG). For
   // tests; otherwise pods outlive a controller crash and are adopted.
@@ -46,18 +54,33 @@ struct LocalPodRuntimeOptions {
   // Shutdown() deletes every pod and waits until they are gone. When false,
   // pods keep running (ephemeral ones excepted) for the next runtime to adopt.
   bool stop_pods_on_exit = true;
+  // Volumes' gRPC and NFS ports are drawn at random from here (see
+  // LocalPortTable).
+  base::PortRange port_range = kDefaultPortRange;
+  // Who holds the work dir, as the error of a second runtime over it names it.
+  std::string lock_holder = "pod runtime";
 };
 
 // Per-volume ports persisted in <work_dir>/ports (flocked while read and
 // written): a volume keeps its NFS and gRPC ports across pods and controller
 // restarts, and no port is ever handed to two volumes or to both roles.
+//
+// New ports come from `range`, below the kernel's ephemeral range: a port
+// there (what a bind to port 0 gets) is also what outgoing connections take,
+// so one could hold a volume's port while its pod is down. Drawn at random,
+// not in order, so work dirs side by side (parallel tests) rarely collide.
 class LocalPortTable {
  public:
   struct Ports {
     uint16_t grpc = 0;
     uint16_t nfs = 0;
   };
-  explicit LocalPortTable(std::string work_dir) : work_dir_(std::move(work_dir)) {}
+  explicit LocalPortTable(std::string work_dir, base::PortRange range = kDefaultPortRange)
+      : work_dir_(std::move(work_dir)), range_(range) {}
+  // The part of `range` below the kernel's ephemeral range (all of it when
+  // that range cannot be read); InvalidArgument when nothing is left or it
+  // is no range.
+  static absl::StatusOr<base::PortRange> Usable(base::PortRange range);
   // The volume's ports, allocated (free on 127.0.0.1 now, unused by any other
   // volume) and persisted the first time.
   absl::StatusOr<Ports> Get(const std::string& volume);
@@ -66,13 +89,22 @@ class LocalPortTable {
 
  private:
   std::string work_dir_;
+  base::PortRange range_;
 };
 
 class LocalPodRuntime final : public PodRuntime {
  public:
-  explicit LocalPodRuntime(LocalPodRuntimeOptions options);
-  // Shutdown(), if not done yet.
+  // Creates the work dir when missing and locks it for the runtime's
+  // lifetime, then adopts the pods recorded there. Two runtimes over one work
+  // dir would both adopt, delete and replace the same pods: while another one
+  // (in this process or another) holds it, fails with FailedPrecondition
+  // "another <lock_holder> holds <work_dir> (pid N)". InvalidArgument: no
+  // work dir, or no usable port range (LocalPortTable::Usable).
+  static absl::StatusOr<std::unique_ptr<LocalPodRuntime>> Open(LocalPodRuntimeOptions options);
+  // Shutdown(), if not done yet; then releases the work dir.
   ~LocalPodRuntime() override;
+  LocalPodRuntime(const LocalPodRuntime&) = delete;
+  LocalPodRuntime& operator=(const LocalPodRuntime&) = delete;
 
   // With stop_pods_on_exit (or ephemeral): deletes every pod and waits until
   // their processes are gone (watchers hear of each). Then stops the monitor;
@@ -90,7 +122,9 @@ class LocalPodRuntime final : public PodRuntime {
   uint16_t NfsPort(const std::string& volume) const;
   // The pid of a pod's share-manager, for tests that freeze or kill it.
   pid_t Pid(const std::string& pod) const;
-  std::chrono::milliseconds termination_grace() const { return grace_; }
+  // A pod's SIGTERM to SIGKILL delay (see termination_grace); 0 for an
+  // unknown pod.
+  std::chrono::milliseconds TerminationGrace(const std::string& pod) const;
 
  private:
   struct Proc {
@@ -104,6 +138,7 @@ class LocalPodRuntime final : public PodRuntime {
     uint64_t start_ticks = 0;
     std::string record_path;
     std::string state_dir;
+    std::chrono::milliseconds grace{0};  // SIGTERM to SIGKILL
     // Set when this runtime spawned it (reaped here, exit code known).
     std::optional<supervisor::ChildProcess> child;
     bool share_manager_alive = false;
@@ -114,36 +149,45 @@ class LocalPodRuntime final : public PodRuntime {
     bool orphans_termed = false;
     bool killed = false;
   };
-  void Load();
+  LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
+  void Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The termination grace of a pod whose daemon runs with `stop_timeout`.
+  std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
-  bool Refresh(LocalPod& local);
-  void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks);
-  void SignalAll(LocalPod& local, int sig);
+  bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Signals every live process of the pod, and the group of each that leads
+  // one. SIGKILL spares filesystem checks (they had SIGTERM) and returns them;
+  // a check found only in a group is tracked from then on.
+  std::vector<pid_t> SignalAll(LocalPod& local, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `stdin_fd`: the pod's stdin (the gate that holds it until it is recorded).
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv,
                                                           int stdin_fd);
   void Wake();
 
+  // First: released only after everything below (the monitor included) is gone.
+  base::FileLock work_dir_lock_;
   LocalPodRuntimeOptions options_;
-  std::chrono::milliseconds grace_;
+  const std::string boot_id_;  // this boot's; empty when unreadable
   LocalPortTable ports_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_cv_;  // a pod left pods_, or creating_ fell
-  std::map<std::string, LocalPod> pods_;
-  std::map<std::string, uint16_t> nfs_ports_;
+  // Waiters (Shutdown) await conditions on it: a pod left pods_, creating_ fell.
+  mutable absl::Mutex mu_;
+  std::map<std::string, LocalPod> pods_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint16_t> nfs_ports_ ABSL_GUARDED_BY(mu_);
   // Volumes with a pod record that cannot be read: List fails for them rather
   // than report "no pods" (which would start a second server).
-  std::map<std::string, std::string> bad_records_;
+  std::map<std::string, std::string> bad_records_ ABSL_GUARDED_BY(mu_);
   // The work dir itself could not be listed at start: every List fails.
-  std::string load_error_;
+  std::string load_error_ ABSL_GUARDED_BY(mu_);
   Listeners listeners_;
+  // Registered pidfds come and go under mu_; epoll_wait needs no lock.
   base::UniqueFd epoll_;
   base::UniqueFd wakeup_;
-  bool closing_ = false;
-  int creating_ = 0;
-  bool stop_ = false;
-  std::vector<std::function<void()>> tasks_;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  int creating_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;
 };
 

@@ -14,14 +14,17 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "base/file_lock.h"
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/loopback_port.h"
 #include "base/validate.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
@@ -74,6 +77,8 @@ int main(int argc, char** argv) {
   std::string repair_budget = "30m";
   bool stop_pods_on_exit = true, ephemeral_pods = false;
   std::string termination_grace = "0s";
+  std::string port_range =
+      absl::StrCat(controller::kDefaultPortRange.first, "-", controller::kDefaultPortRange.last);
   std::string readonly_budget = "2m";
   unsigned max_remounts = 3;
   app.add_option("--share", shares, "Serve this volume (repeatable)");
@@ -106,8 +111,13 @@ int main(int argc, char** argv) {
   app.add_flag("--ephemeral-pods", ephemeral_pods,
                "Pods get SIGKILL when share-controller dies however it dies (PR_SET_PDEATHSIG)");
   app.add_option("--termination-grace", termination_grace,
-                 "SIGTERM to SIGKILL delay when deleting a pod (0s: twice the daemons' "
-                 "--stop-timeout plus 5s)")
+                 "SIGTERM to SIGKILL delay when deleting a pod (0s: per pod, twice the "
+                 "--stop-timeout its daemon runs with plus 5s)")
+      ->capture_default_str();
+  app.add_option("--port-range", port_range,
+                 "Volumes' gRPC and NFS ports are drawn at random from FIRST-LAST, clipped to end "
+                 "below the kernel's ephemeral range (net.ipv4.ip_local_port_range), whose ports "
+                 "outgoing connections take")
       ->capture_default_str();
   app.add_option("--readonly-budget", readonly_budget,
                  "A share read-only this long (and not repairing) is replaced")
@@ -138,6 +148,14 @@ int main(int argc, char** argv) {
     std::cerr << "share-controller: " << v.message() << "\n";
     return 2;
   }
+  // Checked here too (not only by the runtime): a bad range is a bad flag, and
+  // found before anything is written.
+  auto ports = base::ParsePortRange(port_range);
+  if (ports.ok()) ports = controller::LocalPortTable::Usable(*ports);
+  if (!ports.ok()) {
+    std::cerr << "share-controller: --port-range: " << ports.status().message() << "\n";
+    return 2;
+  }
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -145,28 +163,25 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // Two controllers on one work dir would run two pods per volume; on one
-  // store file each would overwrite the other's records (and epochs). Locked
-  // before anything is read, held until exit.
+  // Two controllers on one store file would overwrite each other's records
+  // (and epochs): locked before it is read, held until exit. The work dir is
+  // the runtime's to lock (below): two controllers on it would run two pods
+  // per volume.
   if (auto s = base::EnsureDirectory(work_dir, 0755); !s.ok()) {
     std::cerr << "share-controller: --work-dir: " << s.message() << "\n";
     return 1;
   }
-  std::vector<base::FileLock> locks;
-  auto acquire = [&locks](const std::string& path, base::FileLock::Kind kind) {
-    auto held = base::FileLock::Acquire(path, kind, "share-controller");
+  std::optional<base::FileLock> store_lock;
+  if (!store_file.empty()) {
+    // Beside the store, not on it: the store file is replaced by a rename on
+    // every write, which would leave a lock on it behind on the old inode.
+    auto held = base::FileLock::Acquire(store_file + ".lock", base::FileLock::Kind::kLockFile,
+                                        "share-controller");
     if (!held.ok()) {
       std::cerr << "share-controller: " << held.status().message() << "\n";
-      return false;
+      return 1;
     }
-    locks.push_back(*std::move(held));
-    return true;
-  };
-  if (!acquire(work_dir, base::FileLock::Kind::kDirectory)) return 1;
-  // Beside the store, not on it: the store file is replaced by a rename on
-  // every write, which would leave a lock on it behind on the old inode.
-  if (!store_file.empty() && !acquire(store_file + ".lock", base::FileLock::Kind::kLockFile)) {
-    return 1;
+    store_lock = *std::move(held);
   }
 
   // Declared before the store: its watcher (below) prints with it.
@@ -210,15 +225,24 @@ int main(int argc, char** argv) {
   options.reconciler.resync_ms = ParseMs("--resync", resync);
   options.reconciler.remount_delay_ms = ParseMs("--remount-delay", remount_delay);
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
-  controller::LocalPodRuntime runtime({.share_manager_binary = binary,
-                                       .work_dir = work_dir,
-                                       .daemon_flags = daemon_flags,
-                                       .termination_grace = std::chrono::milliseconds(
-                                           ParseMs("--termination-grace", termination_grace)),
-                                       .ephemeral = ephemeral_pods,
-                                       .stop_pods_on_exit = stop_pods_on_exit});
   options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
   options.reconciler.max_remounts = max_remounts;
+  // Holds the work dir until exit: another share-controller on it is refused.
+  auto opened =
+      controller::LocalPodRuntime::Open({.share_manager_binary = binary,
+                                         .work_dir = work_dir,
+                                         .daemon_flags = daemon_flags,
+                                         .termination_grace = std::chrono::milliseconds(
+                                             ParseMs("--termination-grace", termination_grace)),
+                                         .ephemeral = ephemeral_pods,
+                                         .stop_pods_on_exit = stop_pods_on_exit,
+                                         .port_range = *ports,
+                                         .lock_holder = "share-controller"});
+  if (!opened.ok()) {
+    std::cerr << "share-controller: " << opened.status().message() << "\n";
+    return 1;
+  }
+  controller::LocalPodRuntime& runtime = **opened;
 
   // Print phase changes as they are recorded.
   store->Watch([&](const std::string& name) {

@@ -5,17 +5,23 @@
 #include "controller/local_pod_runtime.h"
 
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "base/files.h"
+#include "base/loopback_port.h"
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
 #include "tests/controller/fake_share_manager.h"
@@ -68,11 +74,77 @@ while :; do sleep 0.1; done
   return path;
 }
 
+// A share-manager stand-in that ignores SIGTERM and runs a filesystem check
+// in its own process group: <dir>/e2fsck (so /proc names it "e2fsck"), which
+// ignores SIGTERM too, runs while <dir>/checking exists and writes its pid to
+// <dir>/e2fsck.pid.
+std::string FakeShareManagerWithFsck(const std::string& dir) {
+  const std::string fsck = dir + "/e2fsck";
+  std::ofstream(fsck) << R"(#!/bin/sh
+trap "" TERM
+echo $$ > "$0.tmp"; mv "$0.tmp" "$0.pid"
+while [ -e "$1" ]; do sleep 0.1; done
+)";
+  chmod(fsck.c_str(), 0755);
+  const std::string path = dir + "/fake-share-manager";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "trap '' TERM\n"
+                      << fsck << " " << dir << "/checking &\n"
+                      << "while :; do sleep 0.1; done\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// Adds a sink to the default logger while it lives, to see what was logged.
+// Set up before any runtime starts its thread, gone after it stops.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    std::vector<spdlog::sink_ptr> sinks = previous_->sinks();
+    sinks.push_back(sink_);
+    auto logger = std::make_shared<spdlog::logger>("capture", sinks.begin(), sinks.end());
+    logger->set_level(previous_->level());
+    spdlog::set_default_logger(std::move(logger));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  int Count(const std::string& text) const {
+    int n = 0;
+    for (const auto& line : sink_->last_formatted()) n += line.find(text) != std::string::npos;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+};
+
 sharemanager::controller::v1::ShareSpec Spec(const std::string& volume) {
   sharemanager::controller::v1::ShareSpec spec;
   spec.set_volume(volume);
   spec.set_serve(true);
   return spec;
+}
+
+// A TCP socket bound to 127.0.0.1:port; empty when the port is taken.
+base::UniqueFd BindLoopback(uint16_t port) {
+  base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (!fd || bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
+  return fd;
+}
+
+// A runtime over `options.work_dir`; the test stops when it cannot be opened.
+std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
+  auto runtime = LocalPodRuntime::Open(std::move(options));
+  REQUIRE_MESSAGE(runtime.ok(), runtime.status().ToString());
+  return *std::move(runtime);
 }
 
 pid_t WaitGanesha(const std::string& state_dir) {
@@ -118,10 +190,15 @@ TEST_CASE("local runtime: ports are unique across volumes and roles, and stable 
   }
 }
 
-TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and is reported gone") {
+namespace {
+
+// Records a pod whose pid is now someone else's live process, the record
+// telling them apart as `identity(start_ticks)` says (its start_ticks= and
+// boot_id= lines): the pod must be listed as gone, and deleted without that
+// process ever being signalled.
+void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& identity) {
   testing_support::TempDir dir;
   Reaper reaper;
-  // Someone else's process now holds the recorded pid.
   const pid_t other = fork();
   REQUIRE(other >= 0);
   if (other == 0) {
@@ -134,45 +211,155 @@ TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and 
   REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
   const std::string name = PodName("vol", 4);
   REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/" + name + ".pod",
-                                    "name=" + name +
-                                        "\nvolume=vol\nepoch=4\npid=" + std::to_string(other) +
-                                        "\nstart_ticks=" + std::to_string(st->start_ticks - 1) +
-                                        "\nstarted_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
+                                    "name=" + name + "\nvolume=vol\nepoch=4\npid=" +
+                                        std::to_string(other) + "\n" + identity(st->start_ticks) +
+                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
               .ok());
-  LocalPodRuntime runtime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
-  auto pods = runtime.List("vol");
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);  // listed: a record is never read as "no pod"
   CHECK((*pods)[0].name == name);
   CHECK((*pods)[0].phase == PodPhase::kFailed);  // gone, not Running
-  CHECK(runtime.Delete(name).ok());
-  pods = runtime.List("vol");
+  CHECK(runtime->Delete(name).ok());
+  pods = runtime->List("vol");
   REQUIRE(pods.ok());
   CHECK(pods->empty());
   std::this_thread::sleep_for(milliseconds(300));
   CHECK(base::ProcessAlive(other, st->start_ticks));  // never signalled
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
-  runtime.Shutdown();
+  runtime->Shutdown();
+}
+
+}  // namespace
+
+TEST_CASE("local runtime: ports are picked below the kernel's ephemeral range") {
+  // Outgoing connections take their local ports from the ephemeral range: a
+  // volume's port there could be taken while its pod is down.
+  auto range = base::ReadFile("/proc/sys/net/ipv4/ip_local_port_range");
+  REQUIRE(range.ok());
+  const int ephemeral_first = std::atoi(range->c_str());
+  REQUIRE(ephemeral_first > 1024);
+  testing_support::TempDir dir;
+  LocalPortTable table(dir.path());
+  for (int i = 0; i < 10; ++i) {
+    auto ports = table.Get("vol-" + std::to_string(i));
+    REQUIRE(ports.ok());
+    CHECK(ports->grpc < ephemeral_first);
+    CHECK(ports->nfs < ephemeral_first);
+  }
+}
+
+TEST_CASE("local runtime: ports come at random from the range given, never a busy one") {
+  // Six ports free now, then one of them taken by someone else.
+  std::mt19937 random(std::random_device{}());
+  uint16_t first = 0;
+  for (int attempt = 0; attempt < 100 && first == 0; ++attempt) {
+    const auto base = static_cast<uint16_t>(20000 + random() % 9990);
+    bool all_free = true;
+    for (uint16_t p = base; p < base + 6; ++p) {
+      all_free = all_free && static_cast<bool>(BindLoopback(p));
+    }
+    if (all_free) first = base;
+  }
+  REQUIRE(first != 0);
+  const base::UniqueFd busy = BindLoopback(static_cast<uint16_t>(first + 2));
+  REQUIRE(busy);
+  testing_support::TempDir dir;
+  LocalPortTable table(dir.path(), {first, static_cast<uint16_t>(first + 5)});
+  std::set<uint16_t> all;
+  for (const std::string volume : {"vol-a", "vol-b"}) {
+    auto ports = table.Get(volume);
+    REQUIRE(ports.ok());
+    all.insert({ports->grpc, ports->nfs});
+  }
+  CHECK(all.size() == 4);
+  CHECK(*all.begin() >= first);
+  CHECK(*all.rbegin() <= first + 5);
+  CHECK_FALSE(all.contains(static_cast<uint16_t>(first + 2)));
+  // One port left: not enough for a volume.
+  CHECK(table.Get("vol-c").status().code() == absl::StatusCode::kResourceExhausted);
+
+  // Random, not in order: two work dirs side by side rarely pick the same.
+  testing_support::TempDir other_dir;
+  LocalPortTable one(dir.path() + "/one"), two(other_dir.path());
+  REQUIRE(base::EnsureDirectory(dir.path() + "/one", 0755).ok());
+  std::set<uint16_t> first_dir, common;
+  for (int i = 0; i < 10; ++i) {
+    auto a = one.Get("vol-" + std::to_string(i));
+    auto b = two.Get("vol-" + std::to_string(i));
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    first_dir.insert({a->grpc, a->nfs});
+    for (uint16_t p : {b->grpc, b->nfs}) {
+      if (first_dir.contains(p)) common.insert(p);
+    }
+  }
+  CHECK(common.size() < 5);  // 20 of 10000 each: ~0.04 in common on average
+}
+
+TEST_CASE("local runtime: a port range must lie below the kernel's ephemeral range") {
+  const auto ephemeral = base::EphemeralPortRange();
+  REQUIRE(ephemeral.ok());
+  REQUIRE(ephemeral->first > 20001);
+  // Clipped to end below it.
+  auto usable = LocalPortTable::Usable({20000, 65535});
+  REQUIRE(usable.ok());
+  CHECK(usable->first == 20000);
+  CHECK(usable->last == ephemeral->first - 1);
+  // Nothing left: refused, by the runtime too, saying why.
+  CHECK(LocalPortTable::Usable({ephemeral->first, ephemeral->last}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  testing_support::TempDir dir;
+  auto runtime = LocalPodRuntime::Open(
+      {.work_dir = dir.path(), .port_range = {ephemeral->first, ephemeral->last}});
+  REQUIRE_FALSE(runtime.ok());
+  CHECK(runtime.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(runtime.status().message().find("ephemeral") != std::string::npos);
+
+  // The flag's syntax.
+  auto parsed = base::ParsePortRange("20000-29999");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->first == 20000);
+  CHECK(parsed->last == 29999);
+  for (const std::string bad : {"", "20000", "5-3", "0-10", "1-70000", "a-b", "1-2-3", "-1-2"}) {
+    CAPTURE(bad);
+    CHECK(base::ParsePortRange(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("local runtime: a pod record whose pid was reused is not adopted, and is reported gone") {
+  CheckRecordOfAnotherProcess([](uint64_t start_ticks) {
+    return "start_ticks=" + std::to_string(start_ticks - 1) + "\n";  // started after the pod
+  });
+}
+
+TEST_CASE("local runtime: a pod record from another boot is not adopted, and is reported gone") {
+  // Start ticks count from boot: after a reboot another process may match.
+  CheckRecordOfAnotherProcess([](uint64_t start_ticks) {
+    return "start_ticks=" + std::to_string(start_ticks) +
+           "\nboot_id=00000000-0000-4000-8000-000000000000\n";
+  });
 }
 
 TEST_CASE("local runtime: an unreadable pod record fails List instead of reading as no pod") {
   testing_support::TempDir dir;
   REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
   REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/x.pod", "garbage\n").ok());
-  LocalPodRuntime runtime({.work_dir = dir.path()});
-  CHECK_FALSE(runtime.List("vol").ok());
-  CHECK(runtime.List("other").ok());
+  auto runtime = OpenRuntime({.work_dir = dir.path()});
+  CHECK_FALSE(runtime->List("vol").ok());
+  CHECK(runtime->List("other").ok());
 }
 
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
-  LocalPodRuntime runtime({.share_manager_binary = FakeShareManager(dir.path()),
-                           .work_dir = dir.path(),
-                           .termination_grace = milliseconds(1500)});
-  auto pod = runtime.Create(Spec("vol"), 1);
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                              .work_dir = dir.path(),
+                              .termination_grace = milliseconds(1500)});
+  auto pod = runtime->Create(Spec("vol"), 1);
   REQUIRE(pod.ok());
-  reaper.Add(runtime.Pid(pod->name));
+  reaper.Add(runtime->Pid(pod->name));
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
   REQUIRE(ganesha > 0);
   reaper.Add(ganesha);
@@ -180,55 +367,160 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
   std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
 
   const auto asked = Clock::now();
-  REQUIRE(runtime.Delete(pod->name).ok());
+  REQUIRE(runtime->Delete(pod->name).ok());
   CHECK(Clock::now() - asked < milliseconds(500));  // Delete does not wait
   // The share-manager exits at once; its ganesha ignores SIGTERM: still listed.
   std::this_thread::sleep_for(milliseconds(800));
-  auto pods = runtime.List("vol");
+  auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);
   CHECK((*pods)[0].terminating);
   CHECK((*pods)[0].phase == PodPhase::kFailed);
   CHECK(base::ProcessAlive(ganesha, ganesha_start));
-  CHECK(runtime.Delete(pod->name).code() == absl::StatusCode::kUnavailable);
+  CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.
   CHECK(WaitFor(
       [&] {
-        auto now = runtime.List("vol");
+        auto now = runtime->List("vol");
         return now.ok() && now->empty();
       },
       milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(ganesha, ganesha_start));
   CHECK(Clock::now() - asked >= milliseconds(1500));
-  runtime.Shutdown();
+  runtime->Shutdown();
 }
 
-TEST_CASE("local runtime: a new runtime over the same work dir adopts a running pod") {
+TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's termination grace") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // The runtime's flag alone would give 2 x 30 s + 5 s; the share's own comes
+  // later in the daemon's argv and wins: 2 x 0 s + 5 s.
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                              .work_dir = dir.path(),
+                              .daemon_flags = {"--stop-timeout", "30s"},
+                              .stop_pods_on_exit = false});
+  auto spec = Spec("vol");
+  spec.add_daemon_flags("--stop-timeout");
+  spec.add_daemon_flags("0s");
+  auto pod = runtime->Create(spec, 1);
+  REQUIRE(pod.ok());
+  reaper.Add(runtime->Pid(pod->name));
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
+  REQUIRE(ganesha > 0);
+  reaper.Add(ganesha);
+  CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
+  // The pod keeps it in a runtime that adopts it (from its record).
+  runtime.reset();
+  runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                         .work_dir = dir.path(),
+                         .daemon_flags = {"--stop-timeout", "30s"}});
+  CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
+  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+
+  // Its ganesha ignores SIGTERM: gone only by the SIGKILL at the pod's grace.
+  const auto asked = Clock::now();
+  REQUIRE(runtime->Delete(pod->name).ok());
+  CHECK(WaitFor(
+      [&] {
+        auto now = runtime->List("vol");
+        return now.ok() && now->empty();
+      },
+      milliseconds(12'000)));
+  CHECK(Clock::now() - asked >= milliseconds(5000));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a filesystem check is never SIGKILLed, and its pod stays terminating until it "
+    "ends") {
+  testing_support::TempDir dir;
+  LogCapture log;  // outlives the runtime
+  Reaper reaper;
+  REQUIRE(base::EnsureDirectory(dir.path() + "/bin", 0755).ok());
+  std::ofstream(dir.path() + "/bin/checking") << "";
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManagerWithFsck(dir.path() + "/bin"),
+                              .work_dir = dir.path(),
+                              .termination_grace = milliseconds(300)});
+  auto pod = runtime->Create(Spec("vol"), 1);
+  REQUIRE(pod.ok());
+  const pid_t share_manager = runtime->Pid(pod->name);
+  reaper.Add(share_manager);
+  pid_t fsck = 0;
+  REQUIRE(WaitFor(
+      [&] {
+        auto text = base::ReadFile(dir.path() + "/bin/e2fsck.pid");
+        return text.ok() && (fsck = std::atoi(text->c_str())) > 0;
+      },
+      milliseconds(5000)));
+  reaper.Add(fsck);
+  const auto fsck_stat = base::ReadProcStat(fsck);
+  REQUIRE(fsck_stat.has_value());
+  CHECK(fsck_stat->comm == "e2fsck");
+  CHECK(fsck_stat->pgrp == share_manager);         // a group SIGKILL would reach it too
+  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+
+  REQUIRE(runtime->Delete(pod->name).ok());
+  // Past the grace: the share-manager got its SIGKILL (and was reaped), the
+  // check did not.
+  CHECK(WaitFor([&] { return kill(share_manager, 0) != 0; }, milliseconds(3000)));
+  std::this_thread::sleep_for(milliseconds(500));
+  CHECK(base::ProcessAlive(fsck, fsck_stat->start_ticks));
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);  // still listed: no replacement on the device meanwhile
+  CHECK((*pods)[0].terminating);
+  CHECK(log.Count(pod->name + ": a filesystem check") == 1);  // said once, not every pass
+
+  std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
+  CHECK(WaitFor(
+      [&] {
+        auto now = runtime->List("vol");
+        return now.ok() && now->empty();
+      },
+      milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(fsck, fsck_stat->start_ticks));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a second runtime is refused while the first holds the work dir, then adopts "
+    "its running pod") {
   testing_support::TempDir dir;
   Reaper reaper;
   const std::string binary = FakeShareManager(dir.path());
-  Pod created;
-  pid_t pid = 0;
-  {
-    LocalPodRuntime first({.share_manager_binary = binary,
-                           .work_dir = dir.path(),
-                           .termination_grace = milliseconds(500),
-                           .stop_pods_on_exit = false});
-    auto pod = first.Create(Spec("vol"), 3);
-    REQUIRE(pod.ok());
-    created = *pod;
-    pid = first.Pid(pod->name);
-    reaper.Add(pid);
-    const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-    REQUIRE(ganesha > 0);
-    reaper.Add(ganesha);
-    first.Shutdown();  // the pod keeps running
-  }
+  auto first = OpenRuntime({.share_manager_binary = binary,
+                            .work_dir = dir.path(),
+                            .termination_grace = milliseconds(500),
+                            .stop_pods_on_exit = false});
+  auto pod = first->Create(Spec("vol"), 3);
+  REQUIRE(pod.ok());
+  const Pod created = *pod;
+  // Its pid and start time are this boot's.
+  auto record = base::ReadFile(dir.path() + "/vol/pods/" + pod->name + ".pod");
+  REQUIRE(record.ok());
+  REQUIRE(base::BootId().has_value());
+  CHECK(record->find("\nboot_id=" + *base::BootId() + "\n") != std::string::npos);
+  const pid_t pid = first->Pid(pod->name);
+  reaper.Add(pid);
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
+  REQUIRE(ganesha > 0);
+  reaper.Add(ganesha);
+
+  // Both would adopt, delete and replace the same pods: the second is refused
+  // while the first holds the work dir, in this process as in another.
+  const LocalPodRuntimeOptions options{.share_manager_binary = binary,
+                                       .work_dir = dir.path(),
+                                       .termination_grace = milliseconds(500)};
+  auto refused = LocalPodRuntime::Open(options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message() ==
+        "another pod runtime holds " + dir.path() + " (pid " + std::to_string(getpid()) + ")");
+  first.reset();  // shut down; the pod keeps running
+
   REQUIRE(kill(pid, 0) == 0);
-  LocalPodRuntime second({.share_manager_binary = binary,
-                          .work_dir = dir.path(),
-                          .termination_grace = milliseconds(500)});
-  auto pods = second.List("vol");
+  auto second = OpenRuntime(options);
+  auto pods = second->List("vol");
   REQUIRE(pods.ok());
   REQUIRE(pods->size() == 1);
   CHECK((*pods)[0].name == created.name);
@@ -237,22 +529,22 @@ TEST_CASE("local runtime: a new runtime over the same work dir adopts a running 
   CHECK((*pods)[0].endpoint == created.endpoint);
   CHECK((*pods)[0].nfs_port == created.nfs_port);
   CHECK((*pods)[0].started_unix_ms == created.started_unix_ms);
-  CHECK(second.Pid(created.name) == pid);
-  CHECK(second.NfsPort("vol") == created.nfs_port);
+  CHECK(second->Pid(created.name) == pid);
+  CHECK(second->NfsPort("vol") == created.nfs_port);
 
   // Not our child any more: its exit is still seen (pidfd), and only once its
   // ganesha is gone too.
   std::atomic<int> heard{0};
-  second.Watch([&](const std::string&) { ++heard; });
-  REQUIRE(second.Delete(created.name).ok());
+  second->Watch([&](const std::string&) { ++heard; });
+  REQUIRE(second->Delete(created.name).ok());
   CHECK(WaitFor(
       [&] {
-        auto now = second.List("vol");
+        auto now = second->List("vol");
         return now.ok() && now->empty();
       },
       milliseconds(5000)));
   CHECK(heard > 0);
-  second.Shutdown();
+  second->Shutdown();
 }
 
 TEST_CASE("connector: an answer from another volume, epoch or instance is not health") {

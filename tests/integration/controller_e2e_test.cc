@@ -48,11 +48,13 @@ struct Cluster {
         "--failed-linger", "200ms", "--probe-interval", "200ms", "--stop-timeout", "2s",
         "--log-level",     "debug"};
     daemon_flags.insert(daemon_flags.end(), extra_daemon_flags.begin(), extra_daemon_flags.end());
-    runtime = std::make_unique<LocalPodRuntime>(
+    auto opened = LocalPodRuntime::Open(
         LocalPodRuntimeOptions{.share_manager_binary = testing_support::ShareManagerBinary(),
                                .work_dir = dir,
                                .daemon_flags = daemon_flags,
                                .termination_grace = milliseconds(3000)});
+    REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+    runtime = *std::move(opened);
     ShareRecord record;
     record.set_name(kVolume);
     record.mutable_spec()->set_volume(kVolume);
@@ -317,7 +319,9 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
   std::string pod;
   uint16_t port = 0;
   {
-    LocalPodRuntime runtime(options(/*stop_pods_on_exit=*/false));
+    auto opened = LocalPodRuntime::Open(options(/*stop_pods_on_exit=*/false));
+    REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+    LocalPodRuntime& runtime = **opened;
     Controller first(store, runtime, connector, clock, controller_options);
     REQUIRE(first.Start().ok());
     REQUIRE_MESSAGE(WaitFor(running, milliseconds(30'000)), store.Get(kVolume)->ShortDebugString());
@@ -331,7 +335,10 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
   REQUIRE(kill(pid, 0) == 0);
   const auto before = store.Get(kVolume)->status();
 
-  LocalPodRuntime runtime(options(/*stop_pods_on_exit=*/true));
+  // The first runtime is gone (destroyed above): the work dir is free again.
+  auto opened = LocalPodRuntime::Open(options(/*stop_pods_on_exit=*/true));
+  REQUIRE_MESSAGE(opened.ok(), opened.status().ToString());
+  LocalPodRuntime& runtime = **opened;
   CHECK(runtime.Pid(pod) == pid);
   CHECK(runtime.NfsPort(kVolume) == port);
   Controller second(store, runtime, connector, clock, controller_options);
@@ -537,6 +544,20 @@ TEST_CASE("share-controller refuses an unreadable store file instead of starting
   CHECK(ctl.output() ==
         "share-controller: cannot load the store file: " + store + " is not a regular file\n");
   CHECK(!std::filesystem::exists(dir.path() + "/work/vol-cli"));  // no pod was started
+}
+
+TEST_CASE("share-controller refuses a bad --port-range before it starts anything") {
+  TempDir dir("sharemgr-ctl");
+  for (const std::string range : {"29999-20000", "40000-50000x"}) {
+    ControllerProcess ctl(
+        {"--work-dir", dir.path() + "/work", "--share", "vol-cli", "--port-range", range});
+    const auto exit = ctl.WaitExit(milliseconds(10'000));
+    REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+    CHECK(exit->ShellCode() == 2);
+    CHECK(ctl.output() == "share-controller: --port-range: invalid port range '" + range +
+                              "' (expected FIRST-LAST, 1 <= FIRST <= LAST <= 65535)\n");
+  }
+  CHECK(!std::filesystem::exists(dir.path() + "/work"));  // nothing was started
 }
 
 }  // namespace controller
