@@ -93,6 +93,15 @@ bool PortFree(uint16_t port) {
   return fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
+// A fresh instance id (128 random bits in hex) for --pod-uid: an answer on a
+// pod's address counts only from the share-manager started with it.
+std::string NewPodUid() {
+  std::random_device random;
+  std::string uid;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&uid, absl::Hex(random(), absl::kZeroPad8));
+  return uid;
+}
+
 // What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
 struct PodRecord {
   Pod pod;
@@ -112,7 +121,8 @@ std::string FormatRecord(const PodRecord& r) {
                       "\nstarted_unix_ms=", r.pod.started_unix_ms, "\nendpoint=", r.pod.endpoint,
                       "\nnfs_port=", r.pod.nfs_port,
                       "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(),
-                      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id, "\n");
+                      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id,
+                      r.pod.uid.empty() ? "" : "\nuid=", r.pod.uid, "\n");
 }
 
 absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
@@ -127,6 +137,7 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
   r.pod.volume = kv["volume"];
   r.pod.endpoint = kv["endpoint"];
   r.boot_id = kv["boot_id"];
+  r.pod.uid = kv["uid"];  // empty in older records: the start time tells instances apart
   if (r.pod.name.empty() || r.pod.volume.empty() || !absl::SimpleAtoi(kv["epoch"], &r.pod.epoch) ||
       !absl::SimpleAtoi(kv["pid"], &r.pid) ||
       !absl::SimpleAtoi(kv["start_ticks"], &r.start_ticks) ||
@@ -470,7 +481,11 @@ std::vector<pid_t> LocalPodRuntime::SignalAll(LocalPod& local, int sig) {
   return spared;
 }
 
-void LocalPodRuntime::Shutdown() {
+void LocalPodRuntime::Shutdown() { Stop(options_.stop_pods_on_exit || options_.ephemeral); }
+
+void LocalPodRuntime::ShutdownLeavingPods() { Stop(false); }
+
+void LocalPodRuntime::Stop(bool delete_pods) {
   if (!monitor_.joinable()) return;
   std::vector<std::string> names;
   std::chrono::milliseconds longest_grace{0};
@@ -480,7 +495,7 @@ void LocalPodRuntime::Shutdown() {
     // A Create under way would add its pod after we listed them.
     auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
     mu_.Await(absl::Condition(&created));
-    if (options_.stop_pods_on_exit || options_.ephemeral) {
+    if (delete_pods) {
       for (const auto& [name, local] : pods_) {
         names.push_back(name);
         longest_grace = std::max(longest_grace, local.grace);
@@ -515,7 +530,10 @@ void LocalPodRuntime::Wake() {
 absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                             uint64_t epoch) {
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
-  Pod pod{.name = PodName(spec.volume(), epoch), .volume = spec.volume(), .epoch = epoch};
+  Pod pod{.name = PodName(spec.volume(), epoch),
+          .volume = spec.volume(),
+          .epoch = epoch,
+          .uid = NewPodUid()};
   {
     absl::MutexLock lock(&mu_);
     if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
@@ -545,7 +563,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
       // The pod's own place (volume, epoch, directories, ports); flags follow.
       "--volume", spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
       volume_dir + "/export", "--state-dir", volume_dir + "/state", "--nfs-address", "127.0.0.1",
-      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint};
+      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint, "--pod-uid", pod.uid};
   daemon.insert(daemon.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
   daemon.insert(daemon.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
   // What the daemon will use: the last --stop-timeout wins, the share's own included.

@@ -110,6 +110,10 @@ class LocalPodRuntime final : public PodRuntime {
   // their processes are gone (watchers hear of each). Then stops the monitor;
   // Create fails from then on. Call it while the watchers are still alive.
   void Shutdown();
+  // Shutdown() that leaves every pod running (ephemeral ones still die with
+  // this process), for a controller that could not start: the pods it adopted
+  // were serving before it came and must not pay for its failure.
+  void ShutdownLeavingPods();
 
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
                              uint64_t epoch) override;
@@ -150,6 +154,8 @@ class LocalPodRuntime final : public PodRuntime {
     bool killed = false;
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
+  // Deletes every pod first when `delete_pods`.
+  void Stop(bool delete_pods);
   void Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The termination grace of a pod whose daemon runs with `stop_timeout`.
   std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;

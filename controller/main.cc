@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
 
   controller::Controller controller(*store, runtime, connector, clock, mono, options);
   if (auto s = controller.Start(); !s.ok()) {
-    std::cerr << "share-controller: " << s.message() << "\n";
+    std::cerr << "share-controller: " << s.message() << " (pods left running)\n";
+    runtime.ShutdownLeavingPods();
     return 1;
   }
   spdlog::info("controlling {} share(s); share-manager: {}; work dir: {}", shares.size(), binary,

@@ -502,6 +502,11 @@ TEST_CASE(
   CHECK(record->find("\nboot_id=" + *base::BootId() + "\n") != std::string::npos);
   const pid_t pid = first->Pid(pod->name);
   reaper.Add(pid);
+  // The share-manager is told its instance id, which it reports in its status.
+  REQUIRE(created.uid.size() == 32);
+  auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+  REQUIRE(cmdline.ok());
+  CHECK(cmdline->find(std::string("--pod-uid") + '\0' + created.uid + '\0') != std::string::npos);
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
   REQUIRE(ganesha > 0);
   reaper.Add(ganesha);
@@ -529,6 +534,7 @@ TEST_CASE(
   CHECK((*pods)[0].endpoint == created.endpoint);
   CHECK((*pods)[0].nfs_port == created.nfs_port);
   CHECK((*pods)[0].started_unix_ms == created.started_unix_ms);
+  CHECK((*pods)[0].uid == created.uid);  // from the record: still the instance that answers
   CHECK(second->Pid(created.name) == pid);
   CHECK(second->NfsPort("vol") == created.nfs_port);
 
@@ -545,6 +551,37 @@ TEST_CASE(
       milliseconds(5000)));
   CHECK(heard > 0);
   second->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: ShutdownLeavingPods keeps every pod running whatever stop_pods_on_exit says, "
+    "for the next runtime to adopt") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const LocalPodRuntimeOptions options{.share_manager_binary = FakeShareManager(dir.path()),
+                                       .work_dir = dir.path(),
+                                       .termination_grace = milliseconds(500),
+                                       .stop_pods_on_exit = true};
+  auto first = OpenRuntime(options);
+  auto pod = first->Create(Spec("vol"), 1);
+  REQUIRE(pod.ok());
+  const pid_t pid = first->Pid(pod->name);
+  reaper.Add(pid);
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
+  REQUIRE(ganesha > 0);
+  reaper.Add(ganesha);
+  first->ShutdownLeavingPods();  // as a share-controller that failed to start
+  first.reset();
+  CHECK(kill(pid, 0) == 0);
+  CHECK(kill(ganesha, 0) == 0);
+
+  auto second = OpenRuntime(options);
+  auto pods = second->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0].phase == PodPhase::kRunning);
+  second->Shutdown();  // stop_pods_on_exit: this one deletes it
+  CHECK(WaitFor([&] { return kill(ganesha, 0) != 0; }, milliseconds(5000)));
 }
 
 TEST_CASE("connector: an answer from another volume, epoch or instance is not health") {
