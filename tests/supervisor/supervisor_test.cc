@@ -174,6 +174,7 @@ TEST_CASE("the death budget: one death more than allowed is FAILED, then the run
       return st.state == State::kServing || st.state == State::kFailed;
     });
     if (s.state == State::kFailed) break;
+    REQUIRE(s.pid > 0);
     kill(s.pid, SIGKILL);
     h.WaitFor([&](const SupervisorStatus& st) { return st.pid != s.pid; });
   }
@@ -204,6 +205,7 @@ TEST_CASE("a child that never answers is killed at the start timeout") {
 TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then the run ends") {
   Harness h(FastOptions());
   const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  REQUIRE(pid > 0);
   kill(pid, SIGSTOP);
   h.Run([](Supervisor& s) { s.Stop("test"); });
   CHECK(h.Join() == Outcome::kStopped);
