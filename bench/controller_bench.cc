@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/abort_run.h"
 #include "bench/series.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
@@ -46,7 +47,7 @@ void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
       r.set_name("vol-" + std::to_string(i));
       r.mutable_spec()->set_volume(r.name());
       r.mutable_spec()->set_serve(true);
-      (void)store.Create(r);
+      bench::ValueOrAbort(store.Create(r), "store Create");
       names.push_back(r.name());
     }
     for (int round = 0; round < 3; ++round) {  // create pods, observe them serving
@@ -74,7 +75,7 @@ void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
 struct E2E {
   E2E(const std::string& binary, int64_t rpc_timeout_ms, int64_t grace_ms) {
     char tmpl[] = "/tmp/sharemgr-cbench-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) std::exit(1);
+    if (mkdtemp(tmpl) == nullptr) throw bench::AbortRun("mkdtemp failed");
     dir = tmpl;
     auto opened = controller::LocalPodRuntime::Open(controller::LocalPodRuntimeOptions{
         .share_manager_binary = binary,
@@ -92,7 +93,7 @@ struct E2E {
     r.set_name("bench");
     r.mutable_spec()->set_volume("bench");
     r.mutable_spec()->set_serve(true);
-    (void)store.Create(r);
+    bench::ValueOrAbort(store.Create(r), "store Create");
     store.Watch([this](const std::string& name) {
       auto rec = store.Get(name);
       if (!rec.ok()) return;
@@ -107,10 +108,14 @@ struct E2E {
     // replacement isolated instead of backing off as a crash loop would.
     options.reconciler.stable_ms = 2500;
     ctl = std::make_unique<controller::Controller>(store, *runtime, *connector, clock, options);
-    (void)ctl->Start();
+    if (auto started = ctl->Start(); !started.ok()) {
+      Cleanup();
+      throw bench::AbortRun("controller Start: " + started.ToString());
+    }
   }
-  ~E2E() {
-    ctl->Stop();
+  ~E2E() { Cleanup(); }
+  void Cleanup() {
+    if (ctl) ctl->Stop();
     runtime.reset();
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
@@ -129,7 +134,9 @@ struct E2E {
     }
     return std::nullopt;
   }
-  pb::ShareStatusRecord Status() { return store.Get("bench")->status(); }
+  pb::ShareStatusRecord Status() {
+    return bench::ValueOrAbort(store.Get("bench"), "store Get").status();
+  }
 
   struct Event {
     Clock::time_point at;
@@ -154,13 +161,10 @@ void EndToEnd(const std::string& kind, int runs, int64_t rpc_timeout_ms, int64_t
   for (int i = 0; i < runs; ++i) {
     const auto started = e2e.WaitPhase(Clock::time_point{}, pb::RUNNING,
                                        static_cast<uint64_t>(i + 1), milliseconds(30'000));
-    if (!started) {
-      std::cerr << "share never RUNNING\n";
-      std::exit(1);
-    }
+    if (!started) throw bench::AbortRun("share never RUNNING");
     std::this_thread::sleep_for(milliseconds(3000));  // steady, NFS leases lapsed
     const auto st = e2e.Status();
-    const pid_t pid = e2e.runtime->Pid(st.pod());
+    const pid_t pid = bench::PidOrAbort(e2e.runtime->Pid(st.pod()), "pod " + st.pod());
     const uint16_t port = e2e.runtime->NfsPort("bench");
     const auto t0 = Clock::now();
     kill(pid, kind == "frozen" ? SIGSTOP : SIGKILL);
@@ -206,8 +210,13 @@ int main(int argc, char** argv) {
   std::cout << "## Controller benchmark\n";
   PassesPerSecond(sizes, seconds);
   if (runs > 0) {
-    EndToEnd("exited (SIGKILL)", runs, rpc_timeout_ms, grace_ms);
-    EndToEnd("frozen", runs, rpc_timeout_ms, grace_ms);
+    try {
+      EndToEnd("exited (SIGKILL)", runs, rpc_timeout_ms, grace_ms);
+      EndToEnd("frozen", runs, rpc_timeout_ms, grace_ms);
+    } catch (const bench::AbortRun& e) {
+      std::cerr << e.what() << "\n";
+      return 1;
+    }
   }
   return 0;
 }

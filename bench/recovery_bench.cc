@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/abort_run.h"
 #include "bench/peer_supervisors.h"
 #include "bench/series.h"
 #include "supervisor/nfs_null_probe.h"
@@ -143,11 +144,11 @@ std::unique_ptr<DaemonProcess> StartShareManager(const Options& o) {
                             .extra_flags = {"--probe-interval", o.probe_interval,
                                             "--probe-failures", std::to_string(o.probe_failures),
                                             "--max-deaths", "1000", "--log-level", "info"}});
-  if (!d.ok()) {
-    std::cerr << d.status() << "\n";
-    std::exit(1);
-  }
-  return std::move(*d);
+  return bench::ValueOrAbort(std::move(d), "share-manager did not start");
+}
+
+pid_t GaneshaPid(const DaemonProcess& d) {
+  return bench::PidOrAbort(bench::ValueOrAbort(d.Status(), "GetStatus").ganesha_pid(), "ganesha");
 }
 
 void BenchShareManager(const Options& o) {
@@ -160,7 +161,7 @@ void BenchShareManager(const Options& o) {
   Series null_ok("SIGKILL -> NFS NULL answered");
   Series write_ok("SIGKILL -> first NFS write succeeds");
   for (int i = 0; i < o.runs; ++i) {
-    const pid_t pid = d->Status()->ganesha_pid();
+    const pid_t pid = GaneshaPid(*d);
     const size_t mark = watch.Mark();
     const auto start = Clock::now();
     kill(pid, SIGKILL);
@@ -186,7 +187,7 @@ void BenchShareManager(const Options& o) {
   Series hang_serving("SIGSTOP -> SERVING again");
   Series hang_write("SIGSTOP -> first NFS write succeeds");
   for (int i = 0; i < o.runs; ++i) {
-    const pid_t pid = d->Status()->ganesha_pid();
+    const pid_t pid = GaneshaPid(*d);
     const size_t mark = watch.Mark();
     const auto start = Clock::now();
     kill(pid, SIGSTOP);
@@ -211,7 +212,7 @@ void BenchShareManager(const Options& o) {
   std::cout << "\n### Memory at steady state (after the runs above)\n\n"
             << "| process | RSS | PSS | private dirty |\n|---|---|---|---|\n";
   for (const auto& [name, pid] : {std::pair<std::string, pid_t>{"share-manager", d->pid()},
-                                  {"ganesha.nfsd (for reference)", d->Status()->ganesha_pid()}}) {
+                                  {"ganesha.nfsd (for reference)", GaneshaPid(*d)}}) {
     std::cout << absl::StrFormat("| %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", name,
                                  MemoryMiB(pid, "Rss"), MemoryMiB(pid, "Pss"),
                                  MemoryMiB(pid, "Private_Dirty"));
@@ -251,23 +252,19 @@ void BenchFrozenPeer(const Options& o) {
 
 void BenchPeer(bench::PeerKind kind, const Options& o) {
   char tmpl[] = "/tmp/sharemgr-bench-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) std::exit(1);
+  if (mkdtemp(tmpl) == nullptr) throw bench::AbortRun("mkdtemp failed");
   const uint16_t port = base::FreeLoopbackPort();
   auto peer = bench::PeerSupervisor::Start(kind, tmpl, "bench", port);
-  if (!peer.ok()) {
-    std::cerr << peer.status() << "\n";
-    std::exit(1);
-  }
+  if (!peer.ok()) throw bench::AbortRun(peer.status().ToString());
   const std::string name = bench::PeerName(kind);
   if (!ProbeUntilServing(port, "/bench", "/warmup", milliseconds(15'000)).written) {
-    std::cerr << name << ": ganesha never served\n";
-    std::exit(1);
+    throw bench::AbortRun(name + ": ganesha never served");
   }
   std::this_thread::sleep_for(milliseconds(o.peer_settle_ms));
   Series null_ok("SIGKILL -> NFS NULL answered");
   Series write_ok("SIGKILL -> first NFS write succeeds");
   for (int i = 0; i < o.runs; ++i) {
-    const pid_t pid = (*peer)->GaneshaPid();
+    const pid_t pid = bench::PidOrAbort((*peer)->GaneshaPid(), name + "'s ganesha");
     const auto start = Clock::now();
     kill(pid, SIGKILL);
     // The port closes with the process; wait for that so the probe sees the new one.
@@ -286,7 +283,7 @@ void BenchPeer(bench::PeerKind kind, const Options& o) {
   Series hang_write(absl::StrCat("SIGSTOP -> first NFS write succeeds (gave up after ",
                                  o.hang_cap_ms / 1000, " s)"));
   for (int i = 0; i < o.peer_hang_runs; ++i) {
-    const pid_t pid = (*peer)->GaneshaPid();
+    const pid_t pid = bench::PidOrAbort((*peer)->GaneshaPid(), name + "'s ganesha");
     const auto start = Clock::now();
     kill(pid, SIGSTOP);
     const auto probe =
@@ -321,9 +318,14 @@ int main(int argc, char** argv) {
 
   std::cout << "## Recovery benchmark\n\nganesha grace = lease = 2 s for every supervisor; "
                "probe = NFS NULL answered, then a new file created and written via libnfs.\n";
-  BenchShareManager(o);
-  BenchFrozenPeer(o);
-  BenchPeer(bench::PeerKind::kS6, o);
-  BenchPeer(bench::PeerKind::kSupervisord, o);
+  try {
+    BenchShareManager(o);
+    BenchFrozenPeer(o);
+    BenchPeer(bench::PeerKind::kS6, o);
+    BenchPeer(bench::PeerKind::kSupervisord, o);
+  } catch (const bench::AbortRun& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
   return 0;
 }

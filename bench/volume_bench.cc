@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "bench/abort_run.h"
 #include "bench/series.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
@@ -22,12 +23,12 @@ using bench::Series;
 // Times the first DEGRADED and the SERVING with a higher generation after `fault`.
 void Measure(testing_support::DaemonProcess& d, const std::function<void()>& fault,
              Series& detected, Series& serving) {
-  const uint64_t generation = d.Status()->remount_generation();
+  const uint64_t generation = bench::ValueOrAbort(d.Status(), "GetStatus").remount_generation();
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto stream = d.Stub()->WatchStatus(&context, v1::WatchStatusRequest());
   v1::ShareStatus s;
-  if (!stream->Read(&s)) std::exit(1);
+  if (!stream->Read(&s)) throw bench::AbortRun("WatchStatus gave no first status");
   const auto t0 = Clock::now();
   fault();
   std::optional<Clock::time_point> degraded, back;
@@ -65,32 +66,37 @@ int main(int argc, char** argv) {
     std::cerr << d.status() << "\n";
     return 1;
   }
-  Series ro_detected("remount,ro by someone else -> DEGRADED (detected)");
-  Series ro_serving("detected -> SERVING again (remounted read-write)");
-  for (int i = 0; i < runs; ++i) {
-    Measure(
-        **d,
-        [&] {
-          (void)testing_support::Run({"mount", "-o", "remount,ro", (*d)->export_dir()});
-        },
-        ro_detected, ro_serving);
-    std::this_thread::sleep_for(milliseconds(300));
+  try {
+    Series ro_detected("remount,ro by someone else -> DEGRADED (detected)");
+    Series ro_serving("detected -> SERVING again (remounted read-write)");
+    for (int i = 0; i < runs; ++i) {
+      Measure(
+          **d,
+          [&] {
+            (void)testing_support::Run({"mount", "-o", "remount,ro", (*d)->export_dir()});
+          },
+          ro_detected, ro_serving);
+      std::this_thread::sleep_for(milliseconds(300));
+    }
+    const std::string trigger = "/sys/fs/ext4/" +
+                                std::filesystem::path((*loop)->path()).filename().string() +
+                                "/trigger_fs_error";
+    Series err_detected("ext4 error -> DEGRADED (detected by the probe)");
+    Series err_serving("detected -> SERVING again (unexport, unmount, e2fsck, mount, re-export)");
+    for (int i = 0; i < runs; ++i) {
+      Measure(
+          **d, [&] { std::ofstream(trigger) << "bench error\n"; }, err_detected, err_serving);
+      std::this_thread::sleep_for(milliseconds(300));
+    }
+    std::cout << "## Volume benchmark (" << runs
+              << " runs each; 64 MiB ext4 loop device, --volume-probe-interval 1s)\n\n"
+              << bench::Series::kHeader << ro_detected.Row() << "\n"
+              << ro_serving.Row() << "\n"
+              << err_detected.Row() << "\n"
+              << err_serving.Row() << "\n";
+  } catch (const bench::AbortRun& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
   }
-  const std::string trigger = "/sys/fs/ext4/" +
-                              std::filesystem::path((*loop)->path()).filename().string() +
-                              "/trigger_fs_error";
-  Series err_detected("ext4 error -> DEGRADED (detected by the probe)");
-  Series err_serving("detected -> SERVING again (unexport, unmount, e2fsck, mount, re-export)");
-  for (int i = 0; i < runs; ++i) {
-    Measure(
-        **d, [&] { std::ofstream(trigger) << "bench error\n"; }, err_detected, err_serving);
-    std::this_thread::sleep_for(milliseconds(300));
-  }
-  std::cout << "## Volume benchmark (" << runs
-            << " runs each; 64 MiB ext4 loop device, --volume-probe-interval 1s)\n\n"
-            << bench::Series::kHeader << ro_detected.Row() << "\n"
-            << ro_serving.Row() << "\n"
-            << err_detected.Row() << "\n"
-            << err_serving.Row() << "\n";
   return 0;
 }

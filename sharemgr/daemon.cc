@@ -15,8 +15,6 @@ namespace {
 namespace v1 = sharemanager::v1;
 using supervisor::State;
 
-// The loop wakes every 200 ms; this much silence means it is stuck.
-constexpr base::Duration kLoopStallLimit{3000};
 // In-flight RPCs get this long to finish once stopping starts.
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 // A volume probe in flight at stop gets this long to return.
@@ -205,7 +203,8 @@ absl::Status Daemon::StartGrpc() {
                config_.socket.empty() ? "" : " and unix:", config_.socket,
                config_.ganesha.input().volume, config_.epoch);
   health_.emplace(
-      *server_->GetHealthCheckService(), [this] { return loop_.last_tick(); }, kLoopStallLimit);
+      *server_->GetHealthCheckService(), [this] { return loop_.last_tick(); },
+      config_.loop_stall_limit);
   return absl::OkStatus();
 }
 

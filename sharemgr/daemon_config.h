@@ -72,6 +72,9 @@ struct DaemonConfig {
   std::optional<VolumeConfig> volume;
   base::Duration volume_probe_interval{1000};
   VolumeOwnerOptions volume_owner;
+  // Liveness fails once the supervisor loop (which wakes at least every
+  // EventLoop::kHeartbeat) has been silent this long: it is stuck.
+  base::Duration loop_stall_limit{3000};
 };
 
 absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& flags);

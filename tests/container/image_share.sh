@@ -86,15 +86,35 @@ process_start_ms() {
   echo $((ticks * 1000 / $(getconf CLK_TCK)))
 }
 
-# image_share_stop GRPC_PORT: SIGTERM to share-manager, as the kubelet does;
-# sets IMAGE_SHARE_EXIT to the runner's exit code. (Not in a subshell: only
-# this shell can wait for the runner.)
+# running PID: the process exists and has not exited (a zombie has).
+running() {
+  local stat
+  [[ -n $1 ]] && { stat=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# image_share_stop GRPC_PORT [TIMEOUT_S]: SIGTERM to share-manager, as the
+# kubelet does, then waits for the runner at most TIMEOUT_S (default 60, above
+# the pod's 45 s termination grace); sets IMAGE_SHARE_EXIT to the runner's
+# exit code, or to 124 when it did not stop in time and was killed. (Not in a
+# subshell: only this shell can wait for the runner.)
 # shellcheck disable=SC2034 # IMAGE_SHARE_EXIT is read by the callers
 image_share_stop() {
-  local pid
+  local pid timeout_s=${2:-60} deadline
+  deadline=$(($(now_ms) + timeout_s * 1000))
   pid=$(image_share_pid "$1") && kill -TERM "$pid"
+  while running "$IMAGE_SHARE_RUNNER" && (($(now_ms) < deadline)); do
+    sleep 0.05
+  done
+  if running "$IMAGE_SHARE_RUNNER"; then
+    echo "share-manager did not stop within $timeout_s s of SIGTERM: killing it" >&2
+    image_share_kill "$1"
+    IMAGE_SHARE_EXIT=124
+    return
+  fi
   IMAGE_SHARE_EXIT=0
-  wait "$IMAGE_SHARE_RUNNER" || IMAGE_SHARE_EXIT=$?
+  wait "$IMAGE_SHARE_RUNNER" || IMAGE_SHARE_EXIT=$? # exited already: returns at once
   IMAGE_SHARE_RUNNER=
 }
 
@@ -108,7 +128,9 @@ image_share_kill() {
   fi
   if [[ -n ${IMAGE_SHARE_RUNNER:-} ]]; then
     kill -KILL "$IMAGE_SHARE_RUNNER" 2>/dev/null || true
-    wait "$IMAGE_SHARE_RUNNER" 2>/dev/null || true
+    local deadline=$(($(now_ms) + 10000)) # SIGKILLed: gone at once, unless stuck in the kernel
+    while running "$IMAGE_SHARE_RUNNER" && (($(now_ms) < deadline)); do sleep 0.05; done
+    running "$IMAGE_SHARE_RUNNER" || wait "$IMAGE_SHARE_RUNNER" 2>/dev/null || true
     IMAGE_SHARE_RUNNER=
   fi
 }

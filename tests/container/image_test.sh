@@ -130,8 +130,9 @@ check "ganesha is the image's own binary" \
 head -c 3000 /dev/urandom >"$work/payload"
 url="nfs://127.0.0.1/$volume/from-host.bin?version=4&nfsport=$nfs_port"
 # Retried for up to 10 s: a (re)started server refuses OPEN during NFS grace.
-nfs_write() { eventually 10 nfs-cp "$work/payload" "$url" >/dev/null 2>&1; }
-nfs_read() { nfs-cat "$url" >"$work/read" 2>/dev/null; } # each attempt starts the file afresh
+# Each attempt bounded: a server that hangs must fail the check, not the run.
+nfs_write() { eventually 10 timeout 5 nfs-cp "$work/payload" "$url" >/dev/null 2>&1; }
+nfs_read() { timeout 5 nfs-cat "$url" >"$work/read" 2>/dev/null; } # each attempt starts the file afresh
 nfs_read_back() { eventually 10 nfs_read && cmp -s "$work/payload" "$work/read"; }
 check "NFS write from the host ($url)" nfs_write
 check "NFS read from the host returns the same bytes" nfs_read_back

@@ -76,6 +76,17 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
     }
   }
 }
+// Every check above loops over what was found: none found would pass them all.
+check("container/k8s holds a Pod with a share-manager container and a Service", () => {
+  if (!pods.length) throw new Error("no Pod in container/k8s");
+  if (!services.length) throw new Error("no Service in container/k8s");
+  for (const pod of pods) {
+    const containers = (pod.spec && pod.spec.containers) || [];
+    if (!containers.some((c) => c.name === "share-manager")) {
+      throw new Error(`Pod ${pod.metadata.name} has no share-manager container`);
+    }
+  }
+});
 // Each Service selects a share-manager pod and targets a port it declares.
 for (const svc of services) {
   check(`Service ${svc.metadata.name} selects a pod and targets its NFS port`, () => {
@@ -83,9 +94,11 @@ for (const svc of services) {
     const pod = pods.find((p) => selector.every(([k, v]) => (p.metadata.labels || {})[k] === v));
     if (!selector.length || !pod) throw new Error("selects no pod in container/k8s");
     const declared = pod.spec.containers.flatMap((c) => c.ports || []);
+    if (!(svc.spec.ports || []).length) throw new Error("no ports");
     for (const port of svc.spec.ports) {
       const target = declared.find((d) => d.name === port.targetPort || d.containerPort === port.targetPort);
       if (!target) throw new Error(`targetPort ${port.targetPort} is not a port of pod ${pod.metadata.name}`);
+      if (target.name !== "nfs") throw new Error(`targetPort ${port.targetPort} is not the pod's "nfs" port`);
     }
   });
 }

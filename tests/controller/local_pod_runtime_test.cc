@@ -25,6 +25,7 @@
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
 #include "tests/controller/fake_share_manager.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
 
@@ -34,6 +35,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
+using testing_support::RequireOk;
 using testing_support::WaitFor;
 
 // Kills the pids it was given (their groups too) when the test ends.
@@ -225,8 +227,10 @@ void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& ide
   pods = runtime->List("vol");
   REQUIRE(pods.ok());
   CHECK(pods->empty());
+  // A negative wait, the assertion itself: three monitor passes (100 ms) and
+  // the pid's present owner was never signalled.
   std::this_thread::sleep_for(milliseconds(300));
-  CHECK(base::ProcessAlive(other, st->start_ticks));  // never signalled
+  CHECK(base::ProcessAlive(other, st->start_ticks));
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
   runtime->Shutdown();
 }
@@ -363,19 +367,24 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
   REQUIRE(ganesha > 0);
   reaper.Add(ganesha);
-  const auto ganesha_start = base::ReadProcStat(ganesha)->start_ticks;
-  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+  const auto ganesha_start = RequireOk(base::ReadProcStat(ganesha)).start_ticks;
+  // List refreshes the pod from /proc: its ganesha, a child of the running
+  // share-manager now, is one of the pod's processes from here on.
+  REQUIRE(runtime->List("vol").ok());
 
   const auto asked = Clock::now();
   REQUIRE(runtime->Delete(pod->name).ok());
   CHECK(Clock::now() - asked < milliseconds(500));  // Delete does not wait
-  // The share-manager exits at once; its ganesha ignores SIGTERM: still listed.
-  std::this_thread::sleep_for(milliseconds(800));
-  auto pods = runtime->List("vol");
-  REQUIRE(pods.ok());
-  REQUIRE(pods->size() == 1);
-  CHECK((*pods)[0].terminating);
-  CHECK((*pods)[0].phase == PodPhase::kFailed);
+  // The share-manager exits at once (the pod turns Failed); its ganesha
+  // ignores SIGTERM: still listed, terminating.
+  std::vector<Pod> pods;
+  REQUIRE(WaitFor(
+      [&] {
+        pods = RequireOk(runtime->List("vol"));
+        return pods.size() == 1 && pods[0].phase == PodPhase::kFailed;
+      },
+      milliseconds(1000)));
+  CHECK(pods[0].terminating);
   CHECK(base::ProcessAlive(ganesha, ganesha_start));
   CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.

@@ -8,11 +8,13 @@
 #include <map>
 
 #include "controller/faulty_store.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 
 namespace controller {
 namespace {
 
+using testing_support::RequireOk;
 using testing_support::TempDir;
 
 ShareRecord Record(const std::string& name) {
@@ -46,18 +48,18 @@ TEST_CASE("optimistic concurrency: a write with a stale resource_version conflic
   second.mutable_status()->set_reason("second");
   const auto conflict = store.Update(second);
   CHECK(IsConflict(conflict.status()));
-  CHECK(store.Get("a")->status().reason() == "first");
+  CHECK(RequireOk(store.Get("a")).status().reason() == "first");
 }
 
 TEST_CASE("spec_generation moves with the spec only") {
   MemoryStore store;
-  auto r = *store.Create(Record("a"));
+  auto r = RequireOk(store.Create(Record("a")));
   CHECK(r.spec_generation() == 1);
   r.mutable_status()->set_reason("x");
-  r = *store.Update(r);
+  r = RequireOk(store.Update(r));
   CHECK(r.spec_generation() == 1);
   r.mutable_spec()->set_serve(false);
-  r = *store.Update(r);
+  r = RequireOk(store.Update(r));
   CHECK(r.spec_generation() == 2);
 }
 
@@ -65,9 +67,9 @@ TEST_CASE("watchers hear about every change") {
   MemoryStore store;
   std::vector<std::string> seen;
   store.Watch([&](const std::string& name) { seen.push_back(name); });
-  auto r = *store.Create(Record("a"));
-  (void)store.Update(r);
-  (void)store.Delete("a");
+  auto r = RequireOk(store.Create(Record("a")));
+  REQUIRE(store.Update(r).ok());
+  REQUIRE(store.Delete("a").ok());
   CHECK(seen == std::vector<std::string>{"a", "a", "a"});
 }
 
@@ -77,19 +79,19 @@ TEST_CASE("a file-backed store survives a restart") {
   {
     auto store = MemoryStore::OpenFile(path);
     REQUIRE(store.ok());
-    auto r = *(*store)->Create(Record("a"));
+    auto r = RequireOk((*store)->Create(Record("a")));
     r.mutable_status()->set_epoch(4);
     REQUIRE((*store)->Update(r).ok());
     REQUIRE((*store)->Create(Record("b")).ok());
   }
   auto reopened = MemoryStore::OpenFile(path);
   REQUIRE(reopened.ok());
-  CHECK((*reopened)->Get("a")->status().epoch() == 4);
-  CHECK((*reopened)->List()->size() == 2);
+  CHECK(RequireOk((*reopened)->Get("a")).status().epoch() == 4);
+  CHECK(RequireOk((*reopened)->List()).size() == 2);
   // Versions continue past the loaded ones: no stale write can sneak in.
-  auto b = *(*reopened)->Get("b");
-  auto a = *(*reopened)->Get("a");
-  CHECK(((*reopened)->Update(b)->resource_version() > a.resource_version()));
+  auto b = RequireOk((*reopened)->Get("b"));
+  auto a = RequireOk((*reopened)->Get("a"));
+  CHECK(RequireOk((*reopened)->Update(b)).resource_version() > a.resource_version());
   {
     std::ofstream corrupt(path, std::ios::app);
     corrupt << "{not json\n";
@@ -183,15 +185,15 @@ TEST_CASE("the faulty store fails the k-th call, and a timeout-after still takes
   CHECK(store.Get("a").status().code() == absl::StatusCode::kUnavailable);  // call 2
   CHECK(store.Get("a").ok());                                               // call 3
   store.faults().FailCall(1, Fault::kTimeoutAfter);
-  auto r = *memory.Get("a");
+  auto r = RequireOk(memory.Get("a"));
   r.mutable_status()->set_reason("applied");
   CHECK(store.Update(r).status().code() == absl::StatusCode::kDeadlineExceeded);
-  CHECK(memory.Get("a")->status().reason() == "applied");
+  CHECK(RequireOk(memory.Get("a")).status().reason() == "applied");
   store.faults().FailCall(1, Fault::kTimeoutBefore);
-  r = *memory.Get("a");
+  r = RequireOk(memory.Get("a"));
   r.mutable_status()->set_reason("not applied");
   CHECK(store.Update(r).status().code() == absl::StatusCode::kDeadlineExceeded);
-  CHECK(memory.Get("a")->status().reason() == "applied");
+  CHECK(RequireOk(memory.Get("a")).status().reason() == "applied");
 }
 
 TEST_CASE("seeded random faults replay identically") {

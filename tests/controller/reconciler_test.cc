@@ -14,6 +14,16 @@
 #include "tests/controller/sim_fixture.h"
 
 namespace controller {
+namespace {
+
+// The condition, failing the test (not crashing it) when there is none.
+const Condition& RequireCondition(const ShareStatusRecord& status, const std::string& type) {
+  const Condition* found = FindCondition(status, type);
+  REQUIRE_MESSAGE(found != nullptr, "no ", type, " condition in ", status.ShortDebugString());
+  return *found;
+}
+
+}  // namespace
 
 TEST_CASE("a new share gets epoch 1, one pod, and runs") {
   Sim sim;
@@ -67,7 +77,8 @@ TEST_CASE(
   sim.Pass("vol");
   auto st = sim.Get("vol").status();
   CHECK_FALSE(ConditionTrue(st, condition::kHealthy));  // persisted in the first pass
-  CHECK(FindCondition(st, condition::kHealthy)->message().find("unreachable") != std::string::npos);
+  CHECK(RequireCondition(st, condition::kHealthy).message().find("unreachable") !=
+        std::string::npos);
   CHECK(st.phase() == pb::RUNNING);  // within the grace
 
   sim.clock.Advance(2000);
@@ -195,10 +206,10 @@ TEST_CASE("conditions change lastTransitionTime only when they flip") {
   ShareStatusRecord st;
   CHECK(SetCondition(st, "Healthy", true, "a", "", 100));
   CHECK_FALSE(SetCondition(st, "Healthy", true, "b", "still", 200));
-  CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 100);
-  CHECK(FindCondition(st, "Healthy")->reason() == "b");
+  CHECK(RequireCondition(st, "Healthy").last_transition_unix_ms() == 100);
+  CHECK(RequireCondition(st, "Healthy").reason() == "b");
   CHECK(SetCondition(st, "Healthy", false, "c", "", 300));
-  CHECK(FindCondition(st, "Healthy")->last_transition_unix_ms() == 300);
+  CHECK(RequireCondition(st, "Healthy").last_transition_unix_ms() == 300);
 }
 
 TEST_CASE("statuses differing in any field but a condition message are not the same") {
@@ -341,7 +352,7 @@ TEST_CASE("repair: a share repairing past the grace and the start timeout is kep
     CHECK(st.remount_requested_generation() == 1);
     CHECK(Mounts(sim) == 0);
     CHECK(ConditionTrue(st, condition::kRepairing));
-    CHECK(FindCondition(st, condition::kRepairing)->message() == kFsck);
+    CHECK(RequireCondition(st, condition::kRepairing).message() == kFsck);
     CHECK(st.reason().find(kFsck) != std::string::npos);
   }
 }
@@ -425,7 +436,7 @@ TEST_CASE("repair: a report that carries another epoch is not honoured") {
   ReplacedAfterGrace(sim);               // as if the pod did not answer at all
   const auto st = sim.Get("vol").status();
   CHECK_FALSE(ConditionTrue(st, condition::kRepairing));
-  CHECK(FindCondition(st, condition::kHealthy)->message().find("epoch 7") != std::string::npos);
+  CHECK(RequireCondition(st, condition::kHealthy).message().find("epoch 7") != std::string::npos);
 }
 
 TEST_CASE("repair: the gRPC connector reports the repair a share-manager publishes") {
@@ -682,7 +693,7 @@ TEST_CASE("generations: an absurd handled generation is a bad answer, requests n
   auto st = sim.Get("vol").status();
   CHECK(st.remount_acknowledged_generation() == 0);
   CHECK(st.remount_requested_generation() == 0);
-  CHECK(FindCondition(st, condition::kHealthy)->message().find("above the requested") !=
+  CHECK(RequireCondition(st, condition::kHealthy).message().find("above the requested") !=
         std::string::npos);
   ReplacedAfterGrace(sim, 2000 - 0);
 

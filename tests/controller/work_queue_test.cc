@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,25 +25,53 @@ TEST_CASE("a key is handed to one worker at a time and re-runs if added meanwhil
   CHECK(queue.Get() == "a");  // the dirty key came back after Done
 }
 
-TEST_CASE("AddAfter delays, an earlier AddAfter wins") {
+// The queue has no clock seam: the two delays are far apart instead, so a
+// queue where the later (or the last added) wake-up wins hands a key out a
+// whole second late. Both orders: "a" gets the earlier one last, "b" first.
+TEST_CASE("AddAfter delays, and of two AddAfters the earlier wake-up wins, whichever came first") {
   WorkQueue queue;
   const auto start = WorkQueue::Clock::now();
-  queue.AddAfter("a", milliseconds(200));
-  queue.AddAfter("a", milliseconds(30));
-  CHECK(queue.Get() == "a");
-  CHECK(WorkQueue::Clock::now() - start >= milliseconds(30));
+  queue.AddAfter("a", milliseconds(1200));
+  queue.AddAfter("a", milliseconds(50));
+  queue.AddAfter("b", milliseconds(50));
+  queue.AddAfter("b", milliseconds(1200));
+  std::set<std::string> keys;
+  for (int i = 0; i < 2; ++i) {
+    auto key = queue.Get();
+    REQUIRE(key.has_value());
+    keys.insert(*key);
+    queue.Done(*key);
+  }
+  const auto waited = WorkQueue::Clock::now() - start;
+  CHECK(keys == std::set<std::string>{"a", "b"});
+  CHECK(waited >= milliseconds(50));
+  CHECK(waited < milliseconds(1000));
 }
 
-TEST_CASE("failures back off exponentially per key, Forget resets") {
-  WorkQueue queue({.base_backoff = milliseconds(10), .max_backoff = milliseconds(40)});
-  queue.AddRateLimited("a");
-  queue.AddRateLimited("a");
-  queue.AddRateLimited("a");
-  queue.AddRateLimited("a");
+TEST_CASE("failures back off exponentially per key up to the cap, Forget starts over") {
+  WorkQueue queue({.base_backoff = milliseconds(200), .max_backoff = milliseconds(800)});
+  // How long the key stays away after one more failure.
+  auto backoff = [&] {
+    const auto start = WorkQueue::Clock::now();
+    queue.AddRateLimited("a");
+    REQUIRE(queue.Get() == "a");
+    queue.Done("a");
+    return std::chrono::duration_cast<milliseconds>(WorkQueue::Clock::now() - start);
+  };
+  // Each delay is at least its step and well short of the next one: a constant,
+  // linear or uncapped backoff fails one of the bounds.
+  for (const int expected : {200, 400, 800, 800}) {
+    CAPTURE(expected);
+    const auto waited = backoff();
+    CHECK(waited >= milliseconds(expected));
+    CHECK(waited < milliseconds(expected * 19 / 10));
+  }
   CHECK(queue.Failures("a") == 4);
   queue.Forget("a");
   CHECK(queue.Failures("a") == 0);
-  CHECK(queue.Get() == "a");
+  const auto again = backoff();
+  CHECK(again >= milliseconds(200));
+  CHECK(again < milliseconds(380));
 }
 
 TEST_CASE("the overall rate limit spaces keys out") {

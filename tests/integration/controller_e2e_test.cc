@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "base/files.h"
+#include "base/proc.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
@@ -24,6 +25,8 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/program_process.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/slow_fsck.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
@@ -34,15 +37,14 @@ namespace {
 namespace pb = sharemanager::controller::v1;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using testing_support::KillPid;
+using testing_support::RequireOk;
 
 constexpr char kVolume[] = "vol-e2e";
 
 struct Cluster {
   // `extra_daemon_flags`: e.g. a block device for every pod.
   explicit Cluster(std::vector<std::string> extra_daemon_flags = {}) {
-    char tmpl[] = "/tmp/sharemgr-e2e-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
     std::vector<std::string> daemon_flags = {
         "--grace-period",  "2",     "--lease-lifetime", "2",     "--max-deaths",   "1",
         "--failed-linger", "200ms", "--probe-interval", "200ms", "--stop-timeout", "2s",
@@ -75,13 +77,11 @@ struct Cluster {
     REQUIRE(controller->Start().ok());
   }
   ~Cluster() {
-    controller->Stop();
-    runtime.reset();  // deletes every pod it started
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
+    if (controller) controller->Stop();
+    runtime.reset();  // deletes every pod it started, then `temp` goes
   }
 
-  pb::ShareStatusRecord Status() { return store.Get(kVolume)->status(); }
+  pb::ShareStatusRecord Status() { return RequireOk(store.Get(kVolume)).status(); }
   bool WaitRunning(uint64_t min_epoch, milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
@@ -98,14 +98,18 @@ struct Cluster {
       std::lock_guard lock(mu);
       for (auto p : phases) phases_seen += pb::Phase_Name(p) + " ";
     }
-    return "record: " + store.Get(kVolume)->ShortDebugString() + "\nphases: " + phases_seen;
+    const auto record = store.Get(kVolume);
+    return "record: " +
+           (record.ok() ? record->ShortDebugString() : std::string(record.status().message())) +
+           "\nphases: " + phases_seen;
   }
   bool SawPhase(pb::Phase phase) {
     std::lock_guard lock(mu);
     return std::find(phases.begin(), phases.end(), phase) != phases.end();
   }
 
-  std::string dir;
+  testing_support::TempDir temp{"sharemgr-e2e"};
+  const std::string dir = temp.path();
   MemoryStore store;
   std::unique_ptr<LocalPodRuntime> runtime;
   GrpcShareConnector connector{{.deadline = milliseconds(500)}};
@@ -115,7 +119,8 @@ struct Cluster {
   std::vector<pb::Phase> phases;
 };
 
-// Writes a new file every 200 ms and remembers which writes succeeded.
+// Writes a new file every 200 ms and remembers which writes succeeded, and
+// when each was begun.
 class Writer {
  public:
   explicit Writer(uint16_t port) : port_(port), thread_([this] { Run(); }) {}
@@ -126,20 +131,33 @@ class Writer {
   }
   std::vector<std::string> written() {
     std::lock_guard lock(mu_);
-    return written_;
+    std::vector<std::string> names;
+    for (const auto& w : written_) names.push_back(w.name);
+    return names;
   }
-  size_t WrittenSince(size_t mark) { return written().size() - mark; }
+  // Successful writes begun after `t`: once every process of the old pod is
+  // gone by `t`, only the new pod can have served them.
+  size_t WrittenBegunAfter(Clock::time_point t) {
+    std::lock_guard lock(mu_);
+    return static_cast<size_t>(std::count_if(written_.begin(), written_.end(),
+                                             [&](const Written& w) { return w.begun > t; }));
+  }
 
  private:
+  struct Written {
+    std::string name;
+    Clock::time_point begun;
+  };
   void Run() {
     for (int n = 0; !stop_; ++n) {
       const std::string name = "/file-" + std::to_string(n);
       const std::string data = "payload of " + name + std::string(5000, '.');
+      const auto begun = Clock::now();
       if (testing_support::WriteOnce("127.0.0.1", port_, std::string("/") + kVolume, name, data,
                                      milliseconds(1000))
               .ok()) {
         std::lock_guard lock(mu_);
-        written_.push_back(name);
+        written_.push_back({name, begun});
       }
       std::this_thread::sleep_for(milliseconds(200));
     }
@@ -147,9 +165,31 @@ class Writer {
   uint16_t port_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
-  std::vector<std::string> written_;
+  std::vector<Written> written_;
   std::thread thread_;
 };
+
+// A process of the old pod, named by pid and start time while it runs, so a
+// reused pid is never taken for it.
+struct OldProcess {
+  static OldProcess Of(pid_t pid) {
+    REQUIRE(pid > 0);
+    return {pid, RequireOk(base::ReadProcStat(pid)).start_ticks};
+  }
+  bool gone() const { return !base::ProcessAlive(pid, start_ticks); }
+  pid_t pid;
+  uint64_t start_ticks;
+};
+
+// Waits until every one of `old` has exited (a zombie counts): the moment
+// from which only the new pod can answer on the volume's NFS port.
+Clock::time_point WaitAllGone(const std::vector<OldProcess>& old) {
+  for (const auto& p : old) {
+    CAPTURE(p.pid);
+    REQUIRE(testing_support::WaitFor([&] { return p.gone(); }, milliseconds(20'000)));
+  }
+  return Clock::now();
+}
 
 using testing_support::WaitFor;
 
@@ -182,23 +222,28 @@ TEST_CASE(
   Writer writer(port);
   REQUIRE(WaitFor([&] { return writer.written().size() >= 3; }, milliseconds(15'000)));
 
+  std::vector<OldProcess> old = {OldProcess::Of(cluster.runtime->Pid(first.pod()))};
   // Kill ganesha twice: with --max-deaths 1 the share-manager gives up and exits 3.
   ShareClient client(first.endpoint());
+  pid_t killed = 0;
   for (int i = 0; i < 2; ++i) {
+    // SERVING again with the restarted ganesha (a status read right after the
+    // kill may still name the one just killed).
     pid_t ganesha = 0;
     REQUIRE(WaitFor(
         [&] {
           auto s = client.GetStatus();
           if (s.ok() && s->state() == sharemanager::v1::SERVING) ganesha = s->ganesha_pid();
-          return ganesha > 0;
+          return ganesha > 0 && ganesha != killed;
         },
         milliseconds(10'000)));
-    REQUIRE(kill(ganesha, SIGKILL) == 0);
-    WaitFor([&] { return kill(ganesha, 0) != 0; }, milliseconds(2000));
+    old.push_back(OldProcess::Of(ganesha));
+    REQUIRE(KillPid(ganesha, SIGKILL) == 0);
+    killed = ganesha;
   }
-  const size_t before_failure = writer.written().size();
 
   REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)), cluster.Describe());
+  const auto old_gone = WaitAllGone(old);
   CHECK_MESSAGE(cluster.SawPhase(pb::ERROR), cluster.Describe());
   const auto replaced = cluster.Status();
   CHECK_MESSAGE(replaced.pod() == PodName(kVolume, first.epoch() + 1), cluster.Describe());
@@ -206,7 +251,7 @@ TEST_CASE(
   REQUIRE(pods.ok());
   CHECK_MESSAGE(pods->size() == 1, cluster.Describe());  // the failed pod was deleted
 
-  REQUIRE(WaitFor([&] { return writer.WrittenSince(before_failure) >= 3; }, milliseconds(20'000)));
+  REQUIRE(WaitFor([&] { return writer.WrittenBegunAfter(old_gone) >= 3; }, milliseconds(20'000)));
   writer.Stop();
   CheckAllReadBack(port, writer.written());
 }
@@ -218,15 +263,18 @@ TEST_CASE("5b. a frozen share-manager is replaced and writes resume") {
   const uint16_t port = cluster.runtime->NfsPort(kVolume);
   Writer writer(port);
   REQUIRE(WaitFor([&] { return writer.written().size() >= 2; }, milliseconds(15'000)));
-  const pid_t pid = cluster.runtime->Pid(first.pod());
-  REQUIRE(pid > 0);
-  REQUIRE(kill(pid, SIGSTOP) == 0);
-  const size_t before = writer.written().size();
+  // The frozen share-manager's ganesha keeps serving NFS until the pod is
+  // deleted: only writes begun after both are gone count as resumed.
+  const auto frozen = OldProcess::Of(cluster.runtime->Pid(first.pod()));
+  const auto old_ganesha =
+      OldProcess::Of(RequireOk(ShareClient(first.endpoint()).GetStatus()).ganesha_pid());
+  REQUIRE(KillPid(frozen.pid, SIGSTOP) == 0);
 
   REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch() + 1, milliseconds(30'000)), cluster.Describe());
   CHECK_MESSAGE(cluster.SawPhase(pb::ERROR), cluster.Describe());
-  CHECK(kill(pid, 0) != 0);  // the frozen pod was deleted (killed), not left beside the new one
-  REQUIRE(WaitFor([&] { return writer.WrittenSince(before) >= 2; }, milliseconds(20'000)));
+  // The frozen pod was deleted (killed), not left beside the new one.
+  const auto old_gone = WaitAllGone({frozen, old_ganesha});
+  REQUIRE(WaitFor([&] { return writer.WrittenBegunAfter(old_gone) >= 2; }, milliseconds(20'000)));
   writer.Stop();
   CheckAllReadBack(port, writer.written());
 }
@@ -247,10 +295,12 @@ TEST_CASE("6. a repair longer than the unhealthy grace: the pod is kept, same ep
                 "/trigger_fs_error")
       << "test error\n";
   REQUIRE(fsck.WaitCount("start", checks + 1, milliseconds(10'000)));
-  // Five times the 1 s unhealthy grace: the controller records the repair and waits.
+  // The controller records the repair and waits.
   REQUIRE_MESSAGE(
       WaitFor([&] { return cluster.Status().phase() == pb::REPAIRING; }, milliseconds(5000)),
       cluster.Describe());
+  // A negative wait, the assertion itself: five times the 1 s unhealthy grace,
+  // and the repairing pod is neither replaced nor given a new epoch.
   std::this_thread::sleep_for(milliseconds(5000));
   CHECK_MESSAGE(cluster.Status().phase() == pb::REPAIRING, cluster.Describe());
   CHECK(cluster.Status().epoch() == first.epoch());
@@ -324,8 +374,9 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
     LocalPodRuntime& runtime = **opened;
     Controller first(store, runtime, connector, clock, controller_options);
     REQUIRE(first.Start().ok());
-    REQUIRE_MESSAGE(WaitFor(running, milliseconds(30'000)), store.Get(kVolume)->ShortDebugString());
-    pod = store.Get(kVolume)->status().pod();
+    REQUIRE_MESSAGE(WaitFor(running, milliseconds(30'000)),
+                    RequireOk(store.Get(kVolume)).ShortDebugString());
+    pod = RequireOk(store.Get(kVolume)).status().pod();
     pid = runtime.Pid(pod);
     port = runtime.NfsPort(kVolume);
     first.Stop();
@@ -333,7 +384,7 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
   }
   REQUIRE(pid > 0);
   REQUIRE(kill(pid, 0) == 0);
-  const auto before = store.Get(kVolume)->status();
+  const auto before = RequireOk(store.Get(kVolume)).status();
 
   // The first runtime is gone (destroyed above): the work dir is free again.
   auto opened = LocalPodRuntime::Open(options(/*stop_pods_on_exit=*/true));
@@ -343,8 +394,10 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
   CHECK(runtime.NfsPort(kVolume) == port);
   Controller second(store, runtime, connector, clock, controller_options);
   REQUIRE(second.Start().ok());
-  std::this_thread::sleep_for(milliseconds(3000));  // many resyncs and a whole unhealthy grace
-  const auto after = store.Get(kVolume)->status();
+  // A negative wait, the assertion itself: many resyncs (200 ms) and a whole
+  // unhealthy grace (1 s) later, the adopted pod was not replaced.
+  std::this_thread::sleep_for(milliseconds(3000));
+  const auto after = RequireOk(store.Get(kVolume)).status();
   CHECK_MESSAGE(after.phase() == pb::RUNNING, after.ShortDebugString());
   CHECK(after.epoch() == before.epoch());
   CHECK(after.pod() == pod);
@@ -408,66 +461,17 @@ std::string ShareControllerBinary() {
 
 // A share-controller process for one test: its output collected; stopped
 // (SIGTERM, then SIGKILL) and reaped when the test ends, pass or fail.
-class ControllerProcess {
+class ControllerProcess : public testing_support::ProgramProcess {
  public:
-  explicit ControllerProcess(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {ShareControllerBinary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto child = supervisor::ChildProcess::Spawn(argv);
-    REQUIRE_MESSAGE(child.ok(), child.status().ToString());
-    child_.emplace(*std::move(child));
-  }
-  ~ControllerProcess() {
-    if (!child_ || exit_) return;
-    if (!Stop()) {
-      child_->SignalGroup(SIGKILL);
-      WaitExit(milliseconds(15'000));
-    }
-  }
-  ControllerProcess(const ControllerProcess&) = delete;
-  ControllerProcess& operator=(const ControllerProcess&) = delete;
-
-  pid_t pid() const { return child_->pid(); }
-  const std::string& output() const { return output_; }
-
-  // Collects output until it contains `text` or `timeout` passes.
-  bool WaitOutput(const std::string& text, milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (output_.find(text) == std::string::npos && Clock::now() < deadline) {
-      pollfd p{child_->output_fd(), POLLIN, 0};
-      poll(&p, 1, 200);
-      Drain();
-    }
-    return output_.find(text) != std::string::npos;
-  }
-  // The exit, once the process has exited (within `timeout`); nullopt while it runs.
-  std::optional<supervisor::ChildExit> WaitExit(milliseconds timeout) {
-    if (exit_) return exit_;
-    pollfd p{child_->pidfd(), POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
-    Drain();
-    auto reaped = child_->Reap();
-    exit_ = reaped.ok() ? *reaped : supervisor::ChildExit{};
-    return exit_;
-  }
-  // SIGTERM, then the exit within 15 s.
-  std::optional<supervisor::ChildExit> Stop() {
-    if (!exit_) child_->SignalGroup(SIGTERM);
-    return WaitExit(milliseconds(15'000));
-  }
+  explicit ControllerProcess(const std::vector<std::string>& args)
+      : ProgramProcess(WithBinary(args)) {}
 
  private:
-  void Drain() {
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(child_->output_fd(), buf, sizeof(buf))) > 0) {
-      output_.append(buf, static_cast<size_t>(n));
-    }
+  static std::vector<std::string> WithBinary(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {ShareControllerBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
   }
-
-  std::optional<supervisor::ChildProcess> child_;
-  std::optional<supervisor::ChildExit> exit_;
-  std::string output_;
 };
 
 }  // namespace

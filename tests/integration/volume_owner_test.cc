@@ -14,6 +14,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/slow_fsck.h"
 
 namespace {
@@ -23,6 +24,7 @@ using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
 using testing_support::MountSourceOf;
+using testing_support::RequireOk;
 using testing_support::Run;
 using testing_support::RunCommand;
 using testing_support::SlowFsck;
@@ -93,12 +95,16 @@ TEST_CASE("owner 1. a slow repair is reported as a repair, RPCs are refused, not
   CHECK(status->repair().started_unix_ms() > 0);
   CHECK(status->repair().full_repairs_in_window() == 1);
   CHECK(status->repair().max_full_repairs() == 3);
-  std::this_thread::sleep_for(milliseconds(300));
-  auto later = d->Status();
-  REQUIRE(later.ok());
-  CHECK(later->repair().elapsed_ms() > status->repair().elapsed_ms());
-  CHECK(*d->HealthServing("liveness") == true);
-  CHECK(*d->HealthServing("readiness") == false);
+  // The repair's elapsed time keeps counting while it runs.
+  const auto later = d->WaitFor(
+      [&](const v1::ShareStatus& s) {
+        return s.repair().elapsed_ms() > status->repair().elapsed_ms();
+      },
+      milliseconds(5000), "the repair's elapsed time to grow");
+  REQUIRE_MESSAGE(later.ok(), later.status().ToString());
+  CHECK(later->has_repair());
+  CHECK(RequireOk(d->HealthServing("liveness")) == true);
+  CHECK(RequireOk(d->HealthServing("readiness")) == false);
 
   // Nothing that touches the device runs beside the check: refused at once.
   const auto mount = CallMount(*d);
@@ -137,7 +143,8 @@ TEST_CASE("owner 2. Unmount during a repair is refused, once it ends Unmount hol
   }
   REQUIRE_MESSAGE(unmounted.ok(), unmounted.error_message(), "\n", d->output());
   CHECK(MountSourceOf(d->export_dir()).empty());
-  // Several probe intervals later nothing has mounted it again.
+  // A negative wait, the assertion itself: several probe intervals later
+  // nothing has mounted it again.
   std::this_thread::sleep_for(milliseconds(1000));
   CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
   auto status = d->Status();
@@ -248,7 +255,8 @@ TEST_CASE("owner 7. --export-dir spelled with a trailing or doubled slash serves
          .spell_export_dir = [&](const std::string& dir) { return dir + suffix; }});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     CHECK((*d)->WriteEventually("/slash.txt", "ok").ok());
-    std::this_thread::sleep_for(milliseconds(600));  // three probes: no repair loop
+    // A negative wait, the assertion itself: three volume probes, no repair loop.
+    std::this_thread::sleep_for(milliseconds(600));
     auto status = (*d)->Status();
     REQUIRE(status.ok());
     CHECK(status->state() == v1::SERVING);

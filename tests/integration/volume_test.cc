@@ -1,8 +1,9 @@
 // Block-device volumes end to end: real loop devices with ext4 and xfs, real
 // ganesha, a real NFS client, failures made by the kernel itself.
 #include <doctest/doctest.h>
-#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,7 +15,10 @@
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/require_ok.h"
+#include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace {
 
@@ -24,10 +28,10 @@ using testing_support::DaemonProcess;
 using testing_support::LoopDevice;
 using testing_support::MakeLoop;
 using testing_support::MountSourceOf;
+using testing_support::RequireOk;
 using testing_support::Run;
 using testing_support::RunCommand;
 using testing_support::ShareManagerBinary;
-using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<DaemonProcess> StartOn(const LoopDevice& loop, const std::string& fs,
                                        std::vector<std::string> extra = {}) {
@@ -114,12 +118,12 @@ TEST_CASE(
     "volume 2. a read-only remount from outside is detected and repaired, generation +1 exactly") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
-  const uint64_t before = d->Status()->remount_generation();
+  const uint64_t before = RequireOk(d->Status()).remount_generation();
   const auto seen = RemountReadOnlyUntilRepaired(*d, before);
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
   std::this_thread::sleep_for(milliseconds(600));  // several probes later: no further bumps
-  CHECK(d->Status()->remount_generation() == before + 1);
+  CHECK(RequireOk(d->Status()).remount_generation() == before + 1);
   CHECK(d->WriteEventually("/after-remount.txt", "ok").ok());
 }
 
@@ -131,7 +135,7 @@ TEST_CASE("volume 2b. each in-place repair makes the share SERVING itself, not a
   // repair does; repeat so that ordering is hit too.
   for (int i = 0; i < 20; ++i) {
     CAPTURE(i);
-    const uint64_t before = d->Status()->remount_generation();
+    const uint64_t before = RequireOk(d->Status()).remount_generation();
     const auto seen = RemountReadOnlyUntilRepaired(*d, before);
     REQUIRE(seen.back().state() == v1::SERVING);
     REQUIRE(seen.back().remount_generation() == before + 1);
@@ -142,7 +146,7 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact,
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
   REQUIRE(d->WriteEventually("/before-error.txt", "precious").ok());
-  const uint64_t before = d->Status()->remount_generation();
+  const uint64_t before = RequireOk(d->Status()).remount_generation();
   const std::string sysfs = "/sys/fs/ext4/" +
                             std::filesystem::path(loop->path()).filename().string() +
                             "/trigger_fs_error";
@@ -162,7 +166,7 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact,
   REQUIRE_MESSAGE(data.ok(), data.status().ToString());
   CHECK(*data == "precious");
   CHECK(d->WriteEventually("/after-error.txt", "ok").ok());
-  CHECK(d->Status()->remount_generation() == before + 1);
+  CHECK(RequireOk(d->Status()).remount_generation() == before + 1);
 }
 
 TEST_CASE(
@@ -170,7 +174,7 @@ TEST_CASE(
   auto loop = MakeLoop("xfs", "320M");  // XFS wants at least 300 MB
   auto d = StartOn(*loop, "xfs");
   REQUIRE(d->WriteEventually("/before-shutdown.txt", "precious").ok());
-  const uint64_t before = d->Status()->remount_generation();
+  const uint64_t before = RequireOk(d->Status()).remount_generation();
   const auto seen = WatchUntil(
       *d,
       [&] {
@@ -262,32 +266,75 @@ TEST_CASE("volume 6. grow the device, resize online: bigger, data intact, again 
   REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
   CHECK_FALSE(second.resized());
   CHECK(second.new_size_bytes() == first.new_size_bytes());
-  CHECK(*d->ReadEventually("/kept.txt") == "kept");
+  CHECK(RequireOk(d->ReadEventually("/kept.txt")) == "kept");
 }
 
-TEST_CASE("volume 6b. ext4 grows online with CAP_SYS_RESOURCE, or says clearly that it needs it") {
+// The filesystem's size as the kernel reports it for the mounted export.
+uint64_t FilesystemBytes(const std::string& mount_point) {
+  struct statvfs st {};
+  REQUIRE(statvfs(mount_point.c_str(), &st) == 0);
+  return static_cast<uint64_t>(st.f_blocks) * st.f_frsize;
+}
+
+uint64_t DeviceBytes(const LoopDevice& loop) {
+  const auto out = RunCommand({"blockdev", "--getsize64", loop.path()});
+  REQUIRE_MESSAGE(out.exit_code == 0, out.output);
+  return std::stoull(out.output);
+}
+
+constexpr int kCapSysResource = 24;
+
+// The kernel grows ext4 online only for CAP_SYS_RESOURCE (ext4_resize_begin);
+// the daemon here runs without it whatever this machine grants.
+TEST_CASE(
+    "volume 6b. without CAP_SYS_RESOURCE, growing ext4 online is refused naming the capability, "
+    "the filesystem keeps its size and the share keeps serving") {
+  auto loop = MakeLoop("ext4", "64M");
+  auto d = DaemonProcess::Start({.extra_flags = {"--device", loop->path(), "--fs", "ext4"},
+                                 .wrapper = {"setpriv", "--bounding-set=-sys_resource", "--"}});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  REQUIRE((*d)->WriteEventually("/kept.txt", "kept").ok());
+  const uint64_t before = FilesystemBytes((*d)->export_dir());
+  REQUIRE(loop->Grow("128M").ok());
+  REQUIRE(DeviceBytes(*loop) == (128ull << 20));  // the device did grow: only the capability lacks
+  grpc::Status rpc;
+  Resize(**d, &rpc);
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_MESSAGE(rpc.error_message().find("CAP_SYS_RESOURCE") != std::string::npos,
+                rpc.error_message());
+  CHECK(FilesystemBytes((*d)->export_dir()) == before);
+  CHECK(RequireOk((*d)->ReadEventually("/kept.txt")) == "kept");
+  CHECK(RequireOk((*d)->Status()).state() == v1::SERVING);
+}
+
+TEST_CASE(
+    "volume 6c. with CAP_SYS_RESOURCE ext4 grows online: bigger, data intact, again a no-op") {
+  if (!HasCapability(kCapSysResource)) {
+    testing_support::SkipTestCase(
+        "CAP_SYS_RESOURCE is not in this process's capability set (bounding set of the "
+        "container): the kernel refuses to grow ext4 online without it");
+    return;
+  }
   auto loop = MakeLoop("ext4", "64M");
   auto d = StartOn(*loop, "ext4");
   REQUIRE(d->WriteEventually("/kept.txt", "kept").ok());
+  const uint64_t before = FilesystemBytes(d->export_dir());
   REQUIRE(loop->Grow("128M").ok());
   grpc::Status rpc;
-  const auto response = Resize(*d, &rpc);
-  constexpr int kCapSysResource = 24;
-  if (HasCapability(kCapSysResource)) {
-    REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
-    CHECK(response.new_size_bytes() > response.old_size_bytes());
-  } else {
-    CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-    CHECK(rpc.error_message().find("CAP_SYS_RESOURCE") != std::string::npos);
-  }
-  CHECK(*d->ReadEventually("/kept.txt") == "kept");
-  CHECK(d->Status()->state() == v1::SERVING);
+  const auto first = Resize(*d, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK(first.resized());
+  CHECK(first.new_size_bytes() > first.old_size_bytes() + (50ull << 20));
+  CHECK(FilesystemBytes(d->export_dir()) > before + (50ull << 20));
+  const auto second = Resize(*d, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK_FALSE(second.resized());
+  CHECK(RequireOk(d->ReadEventually("/kept.txt")) == "kept");
 }
 
 TEST_CASE("volume 7. bad devices are refused with a clear error and exit code 5") {
-  char tmpl[] = "/tmp/sharemgr-vol7-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const testing_support::TempDir temp("sharemgr-vol7");
+  const std::string& dir = temp.path();
   auto daemon = [&](const std::string& device, std::vector<std::string> extra) {
     std::vector<std::string> argv = {
         ShareManagerBinary(), "daemon",
@@ -329,7 +376,6 @@ TEST_CASE("volume 7. bad devices are refused with a clear error and exit code 5"
     CHECK(r.output.find("could not correct") != std::string::npos);
     CHECK(MountSourceOf(dir + "/export").empty());
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("volume 7b. a blank device with --format-if-blank is formatted and served") {
@@ -347,7 +393,8 @@ TEST_CASE("volume 7c. a device that appears late: alive while awaited, then serv
         {.extra_flags = {"--device", name.path(), "--fs", "ext4", "--device-timeout", "30s"},
          .wait_until_serving = false});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
-    // Longer than the loop stall limit (3 s): waiting for an attach is not a wedged daemon.
+    // A negative wait, the assertion itself: longer than the loop stall limit
+    // (3 s), and waiting for an attach is not a wedged daemon.
     std::this_thread::sleep_for(milliseconds(4000));
     const auto live = (*d)->HealthServing("liveness");
     const auto ready = (*d)->HealthServing("readiness");
@@ -379,8 +426,10 @@ TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected 
   REQUIRE(d->WaitFor([](const auto& s) { return s.state() == v1::DEGRADED; }, milliseconds(5000),
                      "DEGRADED")
               .ok());
-  CHECK(MountSourceOf(d->export_dir()).empty());   // unexported, then unmounted
-  std::this_thread::sleep_for(milliseconds(500));  // probes see it gone: no repair
+  CHECK(MountSourceOf(d->export_dir()).empty());  // unexported, then unmounted
+  // A negative wait, the assertion itself: two volume probes (200 ms) see the
+  // volume unmounted and do not "repair" it.
+  std::this_thread::sleep_for(milliseconds(500));
   CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
   {
     grpc::ClientContext ctx;
@@ -389,7 +438,7 @@ TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected 
   }
   REQUIRE(d->WaitServing().ok());
   CHECK(MountSourceOf(d->export_dir()) == loop->path());
-  CHECK(*d->ReadEventually("/round.txt") == "trip");
+  CHECK(RequireOk(d->ReadEventually("/round.txt")) == "trip");
 
   auto client = testing_support::NfsClient::Connect("127.0.0.1", d->nfs_port(), d->pseudo_path());
   REQUIRE(client.ok());  // stays connected through the stop
@@ -402,8 +451,31 @@ TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected 
   CHECK(d->output().find("unmounted " + export_dir) != std::string::npos);
 }
 
-TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchanged") {
-  auto loop = MakeLoop("ext4");
+// Bytes the loop device's sparse image really holds.
+uint64_t AllocatedBytes(const LoopDevice& loop) {
+  struct stat st {};
+  REQUIRE(stat(loop.image().c_str(), &st) == 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST_CASE(
+    "volume 9. Longhorn's invocation serves /export/<volume> from /dev/longhorn/<volume>: its "
+    "Trim frees the device's blocks, Unmount unmounts, Mount serves again, Resize grows") {
+  // XFS: it grows online without CAP_SYS_RESOURCE, so every call's effect shows here.
+  auto loop = MakeLoop("xfs", "320M");
+  const uint64_t fresh = AllocatedBytes(*loop);
+  {
+    // 16 MiB written and deleted stay allocated in the sparse image until a
+    // trim. Done before the daemon, and unmounted: XFS skips extents freed by
+    // a transaction still in flight, which a sync does not always settle.
+    const testing_support::TempDir mnt("sharemgr-prefill");
+    REQUIRE(Run({"mount", loop->path(), mnt.path()}).ok());
+    std::ofstream(mnt.path() + "/trimmed.bin") << std::string(16 << 20, 'x');
+    REQUIRE(Run({"sync", "-f", mnt.path() + "/trimmed.bin"}).ok());
+    std::filesystem::remove(mnt.path() + "/trimmed.bin");
+    REQUIRE(Run({"umount", mnt.path()}).ok());
+  }
+  REQUIRE(AllocatedBytes(*loop) >= fresh + (12ull << 20));
   const std::string volume = "pvc-lh-" + std::to_string(getpid());
   const std::string device_link = "/dev/longhorn/" + volume;
   const std::string export_dir = "/export/" + volume;
@@ -414,87 +486,67 @@ TEST_CASE("volume 9. Longhorn's invocation and ShareManagerService work unchange
     ~Cleanup() {
       std::error_code ec;
       std::filesystem::remove(link, ec);
-      std::filesystem::remove(dir, ec);
+      std::filesystem::remove(dir, ec);  // empty once unmounted; never through a mount
       // The parents too, when this test made them and nothing else is in them.
       std::filesystem::remove("/dev/longhorn", ec);
       std::filesystem::remove("/export", ec);
     }
   } cleanup{device_link, export_dir};
-  {
-    // As longhorn-manager starts it: no --device, no --export-dir (ports moved
-    // off 9600/2049 so tests can run beside a real share).
-    char state[] = "/tmp/sharemgr-lh-XXXXXX";
-    REQUIRE(mkdtemp(state) != nullptr);
-    const uint16_t nfs_port = base::FreeLoopbackPort();
-    const std::string addr = "127.0.0.1:" + std::to_string(base::FreeLoopbackPort());
-    auto child = supervisor::ChildProcess::Spawn({ShareManagerBinary(),
-                                                  "--debug",
-                                                  "daemon",
-                                                  "--volume",
-                                                  volume,
-                                                  "--data-engine",
-                                                  "v1",
-                                                  "--fs",
-                                                  "ext4",
-                                                  "--mount",
-                                                  "noatime",
-                                                  "--state-dir",
-                                                  state,
-                                                  "--nfs-address",
-                                                  "127.0.0.1",
-                                                  "--nfs-port",
-                                                  std::to_string(nfs_port),
-                                                  "--listen",
-                                                  addr,
-                                                  "--grace-period",
-                                                  "2",
-                                                  "--lease-lifetime",
-                                                  "2"});
-    REQUIRE(child.ok());
-    auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
-    auto status_stub = v1::ShareManager::NewStub(channel);
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
-    v1::ShareStatus status;
-    while (Clock::now() < deadline) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-      if (status_stub->GetStatus(&ctx, {}, &status).ok() && status.state() == v1::SERVING) break;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    CHECK_MESSAGE(status.state() == v1::SERVING, status.reason());
-    CHECK(status.device() == device_link);
-    CHECK(status.export_path() == export_dir);
-    CHECK(status.mount_options().find("noatime") != std::string::npos);
+  // As longhorn-manager starts it: no --device, no --export-dir (ports moved
+  // off 9600/2049 so tests can run beside a real share). Declared after the
+  // cleanup: stopped, and its mount gone, before the directories go.
+  auto d = DaemonProcess::Start(
+      {.volume = volume,
+       .extra_flags = {"--data-engine", "v1", "--fs", "xfs", "--mount", "noatime"},
+       .default_export_dir = true,
+       .global_flags = {"--debug"}});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto status = RequireOk((*d)->Status());
+  CHECK(status.device() == device_link);
+  CHECK(status.export_path() == export_dir);
+  CHECK(status.mount_options().find("noatime") != std::string::npos);
+  CHECK(MountSourceOf(export_dir) == loop->path());
+  REQUIRE((*d)->WriteEventually("/lh.txt", "lh").ok());
 
-    auto longhorn = ShareManagerService::NewStub(channel);
-    auto call = [&](auto method, const auto& request) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-      google::protobuf::Empty response;
-      return ((*longhorn).*method)(&ctx, request, &response);
-    };
-    FilesystemTrimRequest trim;
-    trim.set_encrypted_device(false);
-    CHECK(call(&ShareManagerService::Stub::FilesystemTrim, trim).ok());
-    CHECK(call(&ShareManagerService::Stub::Unmount, google::protobuf::Empty()).ok());
-    CHECK(call(&ShareManagerService::Stub::Mount, google::protobuf::Empty()).ok());
-    const auto resize =
-        call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
-    // Without CAP_SYS_RESOURCE ext4 cannot grow online; either way the answer is a clear one.
-    CHECK((resize.ok() || resize.error_code() == grpc::StatusCode::FAILED_PRECONDITION));
-    absl::Status wrote;
-    for (auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until;) {
-      wrote = testing_support::WriteOnce("127.0.0.1", nfs_port, "/" + volume, "/lh.txt", "lh");
-      if (wrote.ok()) break;
-      std::this_thread::sleep_for(milliseconds(50));  // re-export after Mount takes a moment
-    }
-    CHECK_MESSAGE(wrote.ok(), wrote.ToString());
+  auto longhorn = ShareManagerService::NewStub(
+      grpc::CreateChannel((*d)->addr(), grpc::InsecureChannelCredentials()));
+  auto call = [&](auto method, const auto& request) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    google::protobuf::Empty response;
+    return ((*longhorn).*method)(&ctx, request, &response);
+  };
 
-    child->SignalGroup(SIGTERM);
-    pollfd p{child->pidfd(), POLLIN, 0};
-    REQUIRE(poll(&p, 1, 15'000) == 1);
-    CHECK(child->Reap()->ShellCode() == 0);
-    CHECK(MountSourceOf(export_dir).empty());
-    std::filesystem::remove_all(state);
-  }
+  const uint64_t allocated = AllocatedBytes(*loop);
+  FilesystemTrimRequest trim;
+  trim.set_encrypted_device(false);
+  const auto trimmed = call(&ShareManagerService::Stub::FilesystemTrim, trim);
+  CHECK_MESSAGE(trimmed.ok(), trimmed.error_message());
+  CHECK(AllocatedBytes(*loop) + (8 << 20) < allocated);
+
+  const auto unmounted = call(&ShareManagerService::Stub::Unmount, google::protobuf::Empty());
+  CHECK_MESSAGE(unmounted.ok(), unmounted.error_message());
+  CHECK(testing_support::WaitFor([&] { return MountSourceOf(export_dir).empty(); },
+                                 milliseconds(10'000)));
+  CHECK_FALSE(RequireOk((*d)->Status()).exported());
+  CHECK_FALSE(
+      testing_support::ReadOnce("127.0.0.1", (*d)->nfs_port(), "/" + volume, "/lh.txt").ok());
+
+  const auto mounted = call(&ShareManagerService::Stub::Mount, google::protobuf::Empty());
+  CHECK_MESSAGE(mounted.ok(), mounted.error_message());
+  REQUIRE((*d)->WaitServing().ok());
+  CHECK(MountSourceOf(export_dir) == loop->path());
+  CHECK(RequireOk((*d)->ReadEventually("/lh.txt")) == "lh");
+  CHECK((*d)->WriteEventually("/after-mount.txt", "again").ok());
+
+  const uint64_t before = FilesystemBytes(export_dir);
+  REQUIRE(loop->Grow("480M").ok());
+  const auto resized =
+      call(&ShareManagerService::Stub::FilesystemResize, google::protobuf::Empty());
+  CHECK_MESSAGE(resized.ok(), resized.error_message());
+  CHECK(FilesystemBytes(export_dir) > before + (100ull << 20));
+
+  (*d)->Signal(SIGTERM);
+  CHECK(RequireOk((*d)->WaitExit(milliseconds(15'000))) == 0);
+  CHECK(MountSourceOf(export_dir).empty());
 }

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include "supervisor/event_loop.h"
+#include "supervisor/restart_policy.h"
+
 namespace sharemgr {
 
 TEST_CASE("defaults follow the volume name and are valid") {
@@ -26,6 +29,32 @@ TEST_CASE("defaults follow the volume name and are valid") {
   REQUIRE(cmd.size() >= 2);
   CHECK(cmd[0] == "ganesha.nfsd");
   CHECK(cmd[1] == "-F");
+}
+
+// README "Restart policy", "Health" and the flag table, as shipped: what the
+// restart-policy and health-publisher tests (which pick their own options)
+// never see. The policy's behaviour with these defaults: restart_policy_test.
+TEST_CASE(
+    "the shipped supervision settings are the README's: a 10 s stable run, backoff 100 ms "
+    "doubling to 5 s, start 30 s, stop 10 s, linger 5 s, liveness after 3 s of loop silence") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  const auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  const auto& sup = config->supervisor;
+  CHECK(sup.restart.stable_after == std::chrono::seconds(10));
+  CHECK(sup.restart.initial_backoff == std::chrono::milliseconds(100));
+  CHECK(sup.restart.max_backoff == std::chrono::seconds(5));
+  CHECK(sup.start_timeout == std::chrono::seconds(30));
+  CHECK(sup.stop_timeout == std::chrono::seconds(10));
+  CHECK(sup.failed_linger == std::chrono::seconds(5));
+  CHECK(config->loop_stall_limit == std::chrono::seconds(3));
+  CHECK(supervisor::EventLoop::kHeartbeat == std::chrono::milliseconds(200));
+  // The daemon's policy is the restart policy's defaults (tested there).
+  const supervisor::RestartPolicyOptions defaults;
+  CHECK(sup.restart.stable_after == defaults.stable_after);
+  CHECK(sup.restart.initial_backoff == defaults.initial_backoff);
+  CHECK(sup.restart.max_backoff == defaults.max_backoff);
 }
 
 TEST_CASE("bad flags are refused with a message naming the flag") {

@@ -92,8 +92,11 @@ TEST_CASE("a supervisor loop that has not started yet is not a stall") {
   std::atomic<int64_t> tick_ms{0};  // the volume is still being checked and mounted
   HealthPublisher publisher(
       health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(50));
+  // A negative wait, the assertion itself: sixteen watchdog checks (every
+  // 50 ms / 4) find the loop never ran, and liveness never flips.
   std::this_thread::sleep_for(milliseconds(200));
   CHECK(health.Get(kLivenessService));
+  CHECK(health.Sets(kLivenessService) == 1);
 
   tick_ms = 1;  // it ran once, long ago, and is stuck since
   CHECK(WaitUntil([&] { return !health.Get(kLivenessService); }));
@@ -112,15 +115,23 @@ TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and 
     }
   });
   {
+    // A limit a hundred ticks long: a busy machine delaying the ticking
+    // thread cannot pass for a stall.
+    constexpr milliseconds kStallLimit(1000);
     HealthPublisher publisher(
-        health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(100));
+        health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, kStallLimit);
     publisher.OnState(State::kServing);
-    std::this_thread::sleep_for(milliseconds(200));
-    CHECK(health.Get(kLivenessService));  // ticking: alive
+    // A negative wait, the assertion itself: two watchdog checks (every 250 ms)
+    // of a ticking loop, and liveness was never set again (no flip and back).
+    std::this_thread::sleep_for(milliseconds(600));
+    CHECK(health.Get(kLivenessService));
+    CHECK(health.Sets(kLivenessService) == 1);
 
     ticking = false;  // the loop is stuck from now on
     loop.join();
     CHECK(WaitUntil([&] { return !health.Get(kLivenessService); }));
+    // Not before the limit: silent for at least that long when it flipped.
+    CHECK(base::Clock::now() - base::TimePoint(milliseconds(tick_ms.load())) >= kStallLimit);
     CHECK(health.Get(kReadinessService));  // readiness is the state's business, not the watchdog's
 
     tick_ms = std::chrono::duration_cast<milliseconds>(

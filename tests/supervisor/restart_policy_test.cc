@@ -19,14 +19,12 @@ RestartPolicyOptions Options() {
   return o;
 }
 
-}  // namespace
-
-TEST_CASE("an isolated crash restarts at once, a crash streak backs off exponentially to the cap") {
-  RestartPolicy policy(Options());
-  base::TimePoint now{};
+// A crash streak: `deaths` deaths, each 10 ms after its start, restarted after
+// the delay it was given; those delays, in ms. None may give up.
+std::vector<int64_t> StreakDelays(RestartPolicy& policy, base::TimePoint& now, int deaths) {
   policy.OnStart(now);
   std::vector<int64_t> delays;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < deaths; ++i) {
     now += milliseconds(10);
     const auto d = policy.OnDeath(now);
     CHECK_FALSE(d.give_up);
@@ -34,9 +32,61 @@ TEST_CASE("an isolated crash restarts at once, a crash streak backs off exponent
     now += d.delay;
     policy.OnStart(now);
   }
-  CHECK(delays == std::vector<int64_t>{0, 100, 200, 400, 800});
+  return delays;
+}
+
+}  // namespace
+
+TEST_CASE("an isolated crash restarts at once, a crash streak backs off exponentially to the cap") {
+  RestartPolicy policy(Options());
+  base::TimePoint now{};
+  CHECK(StreakDelays(policy, now, 5) == std::vector<int64_t>{0, 100, 200, 400, 800});
   now += milliseconds(10);
   CHECK(policy.OnDeath(now).give_up);  // the 6th death within the window
+}
+
+// README "Restart policy" with the options every test above replaces (the
+// daemon ships these: daemon_config_test).
+TEST_CASE(
+    "the default policy is the README's: a streak backs off 100 ms doubling to 5 s, a run of 10 s "
+    "(not 9.9 s) ends it, a 6th death within 10 minutes (not 10 min 5 s) gives up") {
+  RestartPolicy streak({});
+  base::TimePoint now{};
+  CHECK(StreakDelays(streak, now, 5) == std::vector<int64_t>{0, 100, 200, 400, 800});
+  now += milliseconds(10);
+  CHECK(streak.OnDeath(now).give_up);
+
+  RestartPolicy capped({.max_deaths = 100});
+  const auto delays = StreakDelays(capped, now, 10);
+  CHECK(delays.back() == 5000);  // 100 ms doubled six times would be 6.4 s
+  CHECK(delays[delays.size() - 2] == 5000);
+
+  RestartPolicy stable({});
+  stable.OnStart(now);
+  CHECK(stable.OnDeath(now).delay == base::Duration(0));
+  stable.OnStart(now);
+  now += milliseconds(9'900);
+  CHECK(stable.OnDeath(now).delay == milliseconds(100));  // still a streak
+  stable.OnStart(now);
+  now += seconds(10);
+  CHECK(stable.OnDeath(now).delay == base::Duration(0));  // stable: at once
+
+  // Six deaths 119 s apart: the 6th, 9 min 55 s after the first, gives up.
+  RestartPolicy within({});
+  for (int i = 1; i <= 6; ++i) {
+    CAPTURE(i);
+    within.OnStart(now);
+    now += seconds(119);
+    CHECK(within.OnDeath(now).give_up == (i == 6));
+  }
+  // 121 s apart: by the 6th the first has left the 10-minute window.
+  RestartPolicy beyond({});
+  for (int i = 1; i <= 6; ++i) {
+    CAPTURE(i);
+    beyond.OnStart(now);
+    now += seconds(121);
+    CHECK_FALSE(beyond.OnDeath(now).give_up);
+  }
 }
 
 TEST_CASE("backoff is capped") {

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,7 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/loopback_port.h"
+#include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/support/leftovers.h"
+#include "tests/support/loop_device.h"
 #include "tests/support/nfs_client.h"
 
 namespace testing_support {
@@ -37,36 +41,25 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   char tmpl[] = "/tmp/sharemgr-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   d->dir_ = tmpl;
-  d->export_dir_ = d->dir_ + "/export";
+  d->export_dir_ = spec.default_export_dir ? "/export/" + spec.volume : d->dir_ + "/export";
   d->state_dir_ = d->dir_ + "/state";
   d->volume_ = spec.volume;
   d->nfs_port_ = base::FreeLoopbackPort();
   d->addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
-  std::vector<std::string> argv = {
-      ShareManagerBinary(),
-      "daemon",
-      "--volume",
-      spec.volume,
-      "--export-dir",
-      spec.spell_export_dir ? spec.spell_export_dir(d->export_dir_) : d->export_dir_,
-      "--state-dir",
-      d->state_dir_,
-      "--nfs-address",
-      "127.0.0.1",
-      "--nfs-port",
-      std::to_string(d->nfs_port_),
-      "--listen",
-      d->addr_,
-      "--grace-period",
-      "2",
-      "--lease-lifetime",
-      "2",
-      "--stop-timeout",
-      "3s",
-      "--failed-linger",
-      "1s",
-      "--log-level",
-      "debug"};
+  std::vector<std::string> argv = spec.wrapper;
+  argv.push_back(ShareManagerBinary());
+  argv.insert(argv.end(), spec.global_flags.begin(), spec.global_flags.end());
+  argv.push_back("daemon");
+  if (!spec.default_export_dir) {
+    argv.push_back("--export-dir");
+    argv.push_back(spec.spell_export_dir ? spec.spell_export_dir(d->export_dir_) : d->export_dir_);
+  }
+  argv.insert(argv.end(),
+              {"--volume",         spec.volume, "--state-dir",    d->state_dir_,
+               "--nfs-address",    "127.0.0.1", "--nfs-port",     std::to_string(d->nfs_port_),
+               "--listen",         d->addr_,    "--grace-period", "2",
+               "--lease-lifetime", "2",         "--stop-timeout", "3s",
+               "--failed-linger",  "1s",        "--log-level",    "debug"});
   argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
   auto child = supervisor::ChildProcess::Spawn(argv);
   if (!child.ok()) return child.status();
@@ -97,6 +90,8 @@ DaemonProcess::~DaemonProcess() {
     Signal(SIGCONT);
     Signal(SIGTERM);
     if (!WaitExit(milliseconds(8000)).ok()) {
+      ReportLeftover(absl::StrCat("share-manager pid ", child_->pid(), " (", dir_,
+                                  ") did not stop within 8 s of SIGTERM; SIGKILLed"));
       child_->SignalGroup(SIGKILL);
       (void)WaitExit(milliseconds(5000));
     }
@@ -104,23 +99,51 @@ DaemonProcess::~DaemonProcess() {
   stop_reader_ = true;
   if (reader_.joinable()) reader_.join();
   KillLeftovers();
-  std::error_code ec;
-  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  if (!dir_.empty() && UnmountLeftovers()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
 }
 
-// ganesha dies with its parent (PR_SET_PDEATHSIG); this catches anything that
-// slipped through, identified by its pid file and its command line.
+// ganesha dies with its parent (PR_SET_PDEATHSIG): one still running, found by
+// its pid file and its command line, means that broke. It is killed (by pidfd,
+// so never another process that got its pid) and reported, failing the run.
 void DaemonProcess::KillLeftovers() {
+  if (state_dir_.empty()) return;
   std::ifstream pidfile(state_dir_ + "/ganesha.pid");
   pid_t pid = 0;
   if (!(pidfile >> pid) || pid <= 1) return;
+  const base::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (pidfd.get() < 0) return;  // gone
   std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
   std::stringstream content;
   content << cmdline.rdbuf();
-  if (content.str().find(state_dir_) != std::string::npos) {
-    kill(pid, SIGCONT);
-    kill(pid, SIGKILL);
+  if (content.str().find(state_dir_) == std::string::npos) return;  // a zombie, or not ours
+  // The parent's death signal may still be on its way.
+  if (WaitReadable(pidfd.get(), milliseconds(2000))) return;
+  ReportLeftover(absl::StrCat("ganesha pid ", pid, " (", state_dir_,
+                              ") outlived its share-manager by 2 s: killed"));
+  syscall(SYS_pidfd_send_signal, pidfd.get(), SIGCONT, nullptr, 0);
+  syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  (void)WaitReadable(pidfd.get(), milliseconds(5000));
+}
+
+// The daemon unmounts its volume on the way out; a mount left under the
+// test's directory is reported, then unmounted, so that removing the
+// directory never deletes files inside a mounted filesystem. False when
+// something stays mounted (the directory is then left alone).
+bool DaemonProcess::UnmountLeftovers() {
+  bool clear = true;
+  auto targets = MountsUnder(dir_);
+  if (!export_dir_.starts_with(dir_ + "/")) {
+    const auto outside = MountsUnder(export_dir_);
+    targets.insert(targets.begin(), outside.begin(), outside.end());
   }
+  for (const auto& target : targets) {
+    ReportLeftover(absl::StrCat(target, " still mounted after share-manager exited"));
+    if (!Run({"umount", target}).ok() && !Run({"umount", "-l", target}).ok()) clear = false;
+  }
+  return clear;
 }
 
 std::unique_ptr<v1::ShareManager::Stub> DaemonProcess::Stub() const {

@@ -43,6 +43,13 @@ struct DaemonSpec {
   // How --export-dir is spelled on the command line, given the real directory
   // (e.g. with a trailing slash); the directory as it is when unset.
   std::function<std::string(const std::string& export_dir)> spell_export_dir;
+  // No --export-dir: the daemon's default /export/<volume>, as longhorn-manager
+  // starts it (the test removes that directory itself).
+  bool default_export_dir = false;
+  // Flags before the `daemon` command, e.g. Longhorn's "--debug".
+  std::vector<std::string> global_flags;
+  // Runs the daemon under this command, e.g. {"setpriv", "--bounding-set=-sys_resource", "--"}.
+  std::vector<std::string> wrapper;
 };
 
 class DaemonProcess {
@@ -90,6 +97,7 @@ class DaemonProcess {
  private:
   DaemonProcess() = default;
   void KillLeftovers();
+  bool UnmountLeftovers();
 
   std::string dir_, export_dir_, state_dir_, addr_, volume_;
   uint16_t nfs_port_ = 0;

@@ -2,8 +2,10 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -53,6 +55,17 @@ std::string MountSourceOf(const std::string& target) {
     if (t == target) return source;
   }
   return "";
+}
+
+std::vector<std::string> MountsUnder(const std::string& dir) {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string source, target, rest;
+  std::vector<std::string> out;
+  while (mounts >> source >> target && std::getline(mounts, rest)) {
+    if (target == dir || target.starts_with(dir + "/")) out.push_back(target);
+  }
+  std::sort(out.begin(), out.end(), std::greater<>());  // a child mount sorts after its parent
+  return out;
 }
 
 // Whether the loop device still serves our image: its number may have been

@@ -2,7 +2,9 @@
 // formatted, detached (and unmounted if needed) on destruction, pass or fail.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -29,6 +31,9 @@ class LoopDevice {
 
 // What is mounted at `target` ("" when nothing is), from /proc/self/mounts.
 std::string MountSourceOf(const std::string& target);
+
+// Every mount point at or under `dir`, deepest first (to unmount in order).
+std::vector<std::string> MountsUnder(const std::string& dir);
 
 // Runs a command; an error with its output unless it exits 0.
 absl::Status Run(const std::vector<std::string>& argv);

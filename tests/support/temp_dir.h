@@ -1,12 +1,17 @@
 // A private temp dir for a test, removed with everything in it when the
-// object goes, pass or fail.
+// object goes, pass or fail. Never through a mount: anything still mounted
+// under it is reported as a leftover and detached first.
 #pragma once
 
 #include <doctest/doctest.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 
 #include <filesystem>
 #include <string>
+
+#include "tests/support/leftovers.h"
+#include "tests/support/loop_device.h"
 
 namespace testing_support {
 
@@ -18,6 +23,11 @@ class TempDir {
     path_ = pattern;
   }
   ~TempDir() {
+    for (const auto& target : MountsUnder(path_)) {
+      ReportLeftover(target + " still mounted when its test's temp dir went");
+      umount2(target.c_str(), MNT_DETACH);
+    }
+    if (!MountsUnder(path_).empty()) return;  // leave it rather than delete through a mount
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

@@ -9,6 +9,8 @@
 #include <iostream>
 
 #include "supervisor/supervisor.h"
+#include "tests/support/leftovers.h"
+#include "tests/support/skip.h"
 
 namespace {
 
@@ -46,5 +48,11 @@ int main(int argc, char** argv) {
     std::cerr << "no test case matched the filters: nothing ran\n";
     return 1;
   }
+  // Found by harness destructors, where no assertion can fail the test.
+  if (const auto leftovers = testing_support::Leftovers(); !leftovers.empty()) {
+    std::cerr << leftovers.size() << " leftover(s) had to be cleaned up: failing the run\n";
+    return 1;
+  }
+  if (result == 0 && testing_support::Skipped()) return testing_support::kSkipExitCode;
   return result;
 }
