@@ -424,7 +424,9 @@ TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's terminatio
                          .work_dir = dir.path(),
                          .daemon_flags = {"--stop-timeout", "30s"}});
   CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
-  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+  // List refreshes the pod from /proc: the share-manager's child is one of
+  // the pod's processes from here on.
+  REQUIRE(runtime->List("vol").ok());
 
   // Its ganesha ignores SIGTERM: gone only by the SIGKILL at the pod's grace.
   const auto asked = Clock::now();
@@ -465,14 +467,16 @@ TEST_CASE(
   const auto fsck_stat = base::ReadProcStat(fsck);
   REQUIRE(fsck_stat.has_value());
   CHECK(fsck_stat->comm == "e2fsck");
-  CHECK(fsck_stat->pgrp == share_manager);         // a group SIGKILL would reach it too
-  std::this_thread::sleep_for(milliseconds(400));  // the monitor finds the child
+  CHECK(fsck_stat->pgrp == share_manager);  // a group SIGKILL would reach it too
+  // List refreshes the pod from /proc: the share-manager's child is one of
+  // the pod's processes from here on.
+  REQUIRE(runtime->List("vol").ok());
 
   REQUIRE(runtime->Delete(pod->name).ok());
   // Past the grace: the share-manager got its SIGKILL (and was reaped), the
   // check did not.
   CHECK(WaitFor([&] { return kill(share_manager, 0) != 0; }, milliseconds(3000)));
-  std::this_thread::sleep_for(milliseconds(500));
+  std::this_thread::sleep_for(milliseconds(500));  // a negative wait: the point
   CHECK(base::ProcessAlive(fsck, fsck_stat->start_ticks));
   auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
