@@ -211,6 +211,30 @@ TEST_CASE("two live pods are repaired: the one the status names stays, the other
   CHECK(sim.RunUntilRunning("vol"));
 }
 
+TEST_CASE("a replacement waits until a reappeared pod of an older epoch is gone") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  REQUIRE(sim.Get("vol").status().epoch() == 2);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  sim.Pass("vol");  // ERROR: epoch 2's pod is deleted, and gone at once
+  REQUIRE(sim.cluster.Pods("vol").empty());
+  // Meanwhile a pod of epoch 1 shows up again (its node came back), slow to go.
+  sim.cluster.SetDeleteLag(3000);
+  pb::ShareSpec spec;
+  spec.set_volume("vol");
+  REQUIRE(sim.cluster.Create(spec, 1).ok());
+  for (int i = 0; i < 50; ++i) {  // 5 s: past its deletion and the replacement backoff
+    sim.Pass("vol");
+    REQUIRE(sim.cluster.LivePods("vol") <= 1);
+    sim.clock.Advance(100);
+  }
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 3);
+  CHECK(sim.cluster.LivePods("vol") == 1);
+}
+
 TEST_CASE("never two active: every store write and pod call failing in turn during a failover") {
   for (const char* target : {"store", "runtime"}) {
     for (Fault fault : {Fault::kFail, Fault::kTimeoutBefore, Fault::kTimeoutAfter}) {
@@ -543,10 +567,11 @@ TEST_CASE("time: an unhealthy pod's grace follows the monotonic clock across wal
     CAPTURE(step);
     Sim sim;  // unhealthy grace 2 s
     sim.AddRunningShare("vol");
+    sim.clock.StepWall(step);  // before the grace: the clocks disagree from its first mark
     sim.cluster.Freeze(sim.CurrentPod("vol"), true);
     sim.Pass("vol");
     sim.clock.Advance(1000);
-    sim.clock.StepWall(step);  // in the middle of the grace
+    sim.clock.StepWall(step);  // and in the middle of it
     sim.Pass("vol");
     CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
     sim.clock.Advance(999);

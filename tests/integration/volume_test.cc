@@ -169,8 +169,10 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact,
       },
       [&](const v1::ShareStatus& s) {
         return s.state() == v1::SERVING && s.remount_generation() > before;
-      });
+      },
+      std::chrono::seconds(15));
   CHECK(Saw(seen, v1::DEGRADED));
+  REQUIRE_MESSAGE(seen.back().state() == v1::SERVING, "not repaired:\n", d->output());
   CHECK(seen.back().remount_generation() == before + 1);
   CHECK(d->output().find("e2fsck -f") != std::string::npos);
   const auto data = d->ReadEventually("/before-error.txt");

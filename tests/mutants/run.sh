@@ -11,7 +11,7 @@
 #   --list         print the ids and what each one breaks, run nothing
 #   --no-baseline  skip running the selected tests on the unmutated source
 #                  first (scripts/test.sh has just run them all)
-#   --timeout S    per-test time limit, unless an entry sets its own (default 60)
+#   --timeout S    per-test time limit, unless an entry sets its own (default 30)
 # Env: JOBS (default 2), MUTANTS_FILE (default tests/mutants/mutants.txt).
 #
 # The scratch build is configured once and reused: only the mutated file (and,
@@ -25,7 +25,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 list_file=${MUTANTS_FILE:-$root/tests/mutants/mutants.txt}
 jobs=${JOBS:-2}
-default_timeout=60
+default_timeout=30
 baseline=1
 only_list=0
 wanted=()
@@ -58,7 +58,7 @@ die() {
 # --- the list: [id] headers, then `key = value` lines; `find+`/`replace+`
 # continue a multi-line pattern. One space after `=` is the separator; the
 # rest of the line, leading spaces included, is the value.
-ids=() files=() finds=() replaces=() builds=() tests=() timeouts=() whys=()
+ids=() files=() finds=() replaces=() builds=() suites=() tests=() timeouts=() whys=()
 declare -A has=()
 n=-1
 lineno=0
@@ -68,7 +68,8 @@ while IFS= read -r line || [[ -n $line ]]; do
   if [[ $line =~ ^\[([a-z0-9][a-z0-9-]*)\]$ ]]; then
     n=$((n + 1))
     ids[n]=${BASH_REMATCH[1]}
-    files[n]='' finds[n]='' replaces[n]='' builds[n]='' tests[n]='' timeouts[n]='' whys[n]=''
+    files[n]='' finds[n]='' replaces[n]='' builds[n]='' suites[n]='' tests[n]='' timeouts[n]=''
+    whys[n]=''
     continue
   fi
   ((n >= 0)) || die "$list_file:$lineno: a key before the first [id]"
@@ -81,6 +82,7 @@ while IFS= read -r line || [[ -n $line ]]; do
     replace+) replaces[n]+=$'\n'$value ;;
     file) files[n]=$value ;;
     build) builds[n]=$value ;;
+    suite) suites[n]=$value ;;
     tests) tests[n]=$value ;;
     timeout) timeouts[n]=$value ;;
     why) whys[n]=$value ;;
@@ -138,14 +140,27 @@ unshare --pid --fork --mount-proc true 2>/dev/null ||
 scratch=$(mktemp -d "${MUTANTS_SCRATCH_PARENT:-/var/tmp}/sharemgr-mutants.XXXXXX")
 src=$scratch/src
 build=$src/build # inside the copy, as build/ is in the tree: same relative paths for ccache
-sandbox_pid=
+job=
 cleanup() {
   local status=$?
-  if [[ -n $sandbox_pid ]]; then kill -KILL "$sandbox_pid" 2>/dev/null || true; fi
+  # The job runs in its own process group: a build's compilers, or the
+  # sandbox (whose namespace dies with it), all go at once.
+  if [[ -n $job ]]; then kill -KILL -- "-$job" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   detach_loops
   rm -rf "$scratch"
   exit "$status"
+}
+# Runs a command as the job, in its own process group, output to $1. A
+# background job and `wait` let a signal's trap run at once, not after it.
+run_job() {
+  local log=$1 rc=0
+  shift
+  setsid "$@" >"$log" 2>&1 &
+  job=$!
+  wait "$job" || rc=$?
+  job=
+  return "$rc"
 }
 # Loop devices a killed test left attached to an image in the private /tmp.
 detach_loops() {
@@ -180,19 +195,20 @@ if command -v ccache >/dev/null; then
 fi
 start=$SECONDS
 echo "== mutants: configuring the scratch build in $build"
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHAREMGR_WERROR=ON \
-  "${launcher[@]}" >"$scratch/configure.log" 2>&1 || {
+run_job "$scratch/configure.log" cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSHAREMGR_WERROR=ON "${launcher[@]}" || {
   cat "$scratch/configure.log"
   exit 2
 }
 
-# The targets every selected mutant rebuilds, built once unmutated.
+# What the selected mutants rebuild, and the test binaries their tests are
+# in, built once unmutated.
 declare -A target_set=()
 for i in "${selected[@]}"; do
-  for t in ${builds[i]}; do target_set[$t]=1; done
+  for t in ${builds[i]} ${suites[i]}; do target_set[$t]=1; done
 done
 echo "== mutants: building ${!target_set[*]} (unmutated)"
-cmake --build "$build" -j "$jobs" --target "${!target_set[@]}" >"$scratch/build.log" 2>&1 || {
+run_job "$scratch/build.log" cmake --build "$build" -j "$jobs" --target "${!target_set[@]}" || {
   tail -40 "$scratch/build.log"
   die "the unmutated source does not build"
 }
@@ -212,16 +228,13 @@ run_tests() {
   # The namespace's init is the bash below: when it ends (ctest done, or
   # killed with unshare) the kernel kills whatever the tests left running.
   # The overall bound catches a ctest that waits on a leftover's pipe.
+  local rc=0
   # shellcheck disable=SC2016 # expanded by the inner bash
-  unshare --pid --fork --kill-child --mount-proc --propagation private \
+  run_job "$log" unshare --pid --fork --kill-child --mount-proc --propagation private \
     bash -c 'mount --bind "$1" /tmp && shift && timeout -s KILL "$@"' sandbox "$scratch/tmp" \
     $((limit * count + 60)) \
     ctest --test-dir "$build" -R "$regex" --timeout "$limit" -j "$jobs" --stop-on-failure \
-    --output-on-failure >"$log" 2>&1 &
-  sandbox_pid=$!
-  local rc=0
-  wait "$sandbox_pid" || rc=$?
-  sandbox_pid=
+    --output-on-failure || rc=$?
   detach_loops
   if grep -q '\*\*\*Not Run\|Could not find executable' "$log"; then return 3; fi
   return "$rc"
@@ -252,7 +265,7 @@ for i in "${selected[@]}"; do
   verdict=
   detail=
   # shellcheck disable=SC2086 # the targets are a space-separated list
-  if ! cmake --build "$build" -j "$jobs" --target ${builds[i]} >"$scratch/mutant.log" 2>&1; then
+  if ! run_job "$scratch/mutant.log" cmake --build "$build" -j "$jobs" --target ${builds[i]}; then
     verdict=BROKEN
     detail="does not compile (a mutant must be a plausible bug, not a build error)"
     grep -m3 'error' "$scratch/mutant.log" >&2 || true

@@ -54,7 +54,9 @@ class Harness {
       started_.set_value();
       loop.Run();
       outcome_ = sup.outcome();
+      std::lock_guard lock(loop_mu_);
       sup_ = nullptr;
+      loop_ = nullptr;  // gone with this scope: nothing may be posted to it any more
     });
     started_.get_future().wait();
   }
@@ -65,14 +67,23 @@ class Harness {
     }
   }
 
-  // Runs fn on the loop thread and waits for it.
+  // Runs fn on the loop thread and waits for it; nothing once the run has ended.
   void Run(std::function<void(Supervisor&)> fn) {
-    std::promise<void> done;
-    loop_->Post([&] {
-      if (sup_) fn(*sup_);
-      done.set_value();
-    });
-    done.get_future().wait();
+    auto done = std::make_shared<std::promise<void>>();
+    auto ran = done->get_future();
+    {
+      std::lock_guard lock(loop_mu_);
+      if (loop_ == nullptr) return;
+      loop_->Post([this, fn = std::move(fn), done] {
+        if (sup_) fn(*sup_);
+        done->set_value();
+      });
+    }
+    // A loop that quits (the share FAILED) before it gets to the task never runs it.
+    while (ran.wait_for(milliseconds(20)) != std::future_status::ready) {
+      std::lock_guard lock(loop_mu_);
+      if (loop_ == nullptr) return;
+    }
   }
 
   SupervisorStatus WaitFor(const std::function<bool(const SupervisorStatus&)>& pred,
@@ -103,7 +114,8 @@ class Harness {
 
  private:
   base::SteadyTimeSource clock_;
-  EventLoop* loop_ = nullptr;
+  std::mutex loop_mu_;
+  EventLoop* loop_ = nullptr;  // guarded by loop_mu_ once the run started
   Supervisor* sup_ = nullptr;
   std::promise<void> started_;
   std::mutex mu_;
@@ -183,7 +195,10 @@ TEST_CASE(
   h.answer_every_ = 3;  // miss, miss, answer, miss, miss, answer, ...
   const int from = h.probes_;
   h.probe_ok_ = false;
-  REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= from + 30; }, milliseconds(10'000)));
+  // 30 probes, or a kill: whichever comes first.
+  REQUIRE(testing_support::WaitFor(
+      [&] { return h.probes_ >= from + 30 || h.history().back().pid != pid; },
+      milliseconds(10'000)));
   h.probe_ok_ = true;
   const auto now = h.history().back();
   CHECK(now.pid == pid);
