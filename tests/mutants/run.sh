@@ -134,108 +134,119 @@ command -v unshare >/dev/null || die "needs unshare (util-linux) to contain the 
 unshare --pid --fork --mount-proc true 2>/dev/null ||
   die "cannot create PID and mount namespaces (run as root)"
 
-# --- the scratch copy and its build
-# Not under /tmp: the tests get a private /tmp of their own, and must still
-# reach the build.
+# --- the scratch copies and their builds. Not under /tmp: the tests get a
+# private /tmp of their own, and must still reach the builds.
 scratch=$(mktemp -d "${MUTANTS_SCRATCH_PARENT:-/var/tmp}/sharemgr-mutants.XXXXXX")
-src=$scratch/src
-build=$src/build # inside the copy, as build/ is in the tree: same relative paths for ccache
-job=
+# Mutants run `slots` at a time, each slot with its own copy and build, one
+# job each: a mutant's build is mostly one compile and one link, so two
+# slots keep both cores busy where one would leave one idle.
+slots=$((jobs < ${#selected[@]} ? jobs : ${#selected[@]}))
+((slots >= 1)) || slots=1
+slot=0
+slot_pids=()
 cleanup() {
-  local status=$?
-  # The job runs in its own process group: a build's compilers, or the
+  local status=$? f
+  # Every job runs in its own process group: a build's compilers, or a
   # sandbox (whose namespace dies with it), all go at once.
-  if [[ -n $job ]]; then kill -KILL -- "-$job" 2>/dev/null || true; fi
+  for f in "$scratch"/job.*; do
+    [[ -f $f ]] && kill -KILL -- "-$(<"$f")" 2>/dev/null
+  done
+  for f in "${slot_pids[@]}"; do kill -KILL "$f" 2>/dev/null; done
   wait 2>/dev/null || true
-  detach_loops
+  for f in "$scratch"/slot.*; do detach_loops "$f/tmp"; done
   rm -rf "$scratch"
   exit "$status"
 }
-# Runs a command as the job, in its own process group, output to $1. A
-# background job and `wait` let a signal's trap run at once, not after it.
+# Runs a command as this slot's job, in its own process group, output to $1.
+# A background job and `wait` let a signal's trap run at once.
 run_job() {
-  local log=$1 rc=0
+  local log=$1 rc=0 pid
   shift
   setsid "$@" >"$log" 2>&1 &
-  job=$!
-  wait "$job" || rc=$?
-  job=
+  pid=$!
+  echo "$pid" >"$scratch/job.$slot"
+  wait "$pid" || rc=$?
+  rm -f "$scratch/job.$slot"
   return "$rc"
 }
-# Loop devices a killed test left attached to an image in the private /tmp.
+# Loop devices a killed test left attached to an image in a private /tmp.
 detach_loops() {
   local image dev
-  [[ -d $scratch/tmp ]] || return 0
+  [[ -d $1 ]] || return 0
   while IFS= read -r -d '' image; do
     for dev in $(losetup -n -O NAME -j "$image" 2>/dev/null); do
       losetup -d "$dev" 2>/dev/null || true
     done
-  done < <(find "$scratch/tmp" -xdev -type f -size +1M -print0 2>/dev/null)
+  done < <(find "$1" -xdev -type f -size +1M -print0 2>/dev/null)
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$src" "$scratch/pristine"
-if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  # Tracked and new files as they are now, uncommitted edits included.
-  (
-    cd "$root"
-    git ls-files -z --cached --others --exclude-standard --deduplicate |
-      while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
-      xargs -0 cp -a --parents -t "$src"
-  )
-else
-  tar -C "$root" --exclude='./build*' -cf - . | tar -C "$src" -xf -
-fi
-
 launcher=()
-if command -v ccache >/dev/null; then
-  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$src;CCACHE_NOHASHDIR=true;ccache")
-fi
-start=$SECONDS
-echo "== mutants: configuring the scratch build in $build"
-run_job "$scratch/configure.log" cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSHAREMGR_WERROR=ON "${launcher[@]}" || {
-  cat "$scratch/configure.log"
-  exit 2
-}
-
 # What the selected mutants rebuild, and the test binaries their tests are
 # in, built once unmutated.
 declare -A target_set=()
 for i in "${selected[@]}"; do
   for t in ${builds[i]} ${suites[i]}; do target_set[$t]=1; done
 done
-echo "== mutants: building ${!target_set[*]} (unmutated)"
-run_job "$scratch/build.log" cmake --build "$build" -j "$jobs" --target "${!target_set[@]}" || {
-  tail -40 "$scratch/build.log"
-  die "the unmutated source does not build"
-}
-echo "== mutants: scratch build ready in $((SECONDS - start)) s"
 
-# Runs ctest on the tests matching $1 with per-test timeout $2, contained:
-# PID namespace (everything dies with it), private mounts, private /tmp.
+# Slot $1: a copy of the tree (uncommitted edits included), its build dir
+# inside it as build/ is in the tree (the same relative paths for ccache),
+# configured once and built unmutated.
+prepare_slot() {
+  slot=$1
+  local dir=$scratch/slot.$1
+  local src=$dir/src
+  mkdir -p "$src"
+  if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    (
+      cd "$root"
+      git ls-files -z --cached --others --exclude-standard --deduplicate |
+        while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+        xargs -0 cp -a --parents -t "$src"
+    )
+  else
+    tar -C "$root" --exclude='./build*' -cf - . | tar -C "$src" -xf -
+  fi
+  if command -v ccache >/dev/null; then
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$src;CCACHE_NOHASHDIR=true;ccache")
+  fi
+  run_job "$dir/configure.log" cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSHAREMGR_WERROR=ON "${launcher[@]}" || {
+    cat "$dir/configure.log"
+    return 1
+  }
+  run_job "$dir/build.log" cmake --build "$src/build" -j $((jobs / slots)) \
+    --target "${!target_set[@]}" || {
+    tail -40 "$dir/build.log"
+    return 1
+  }
+}
+
+# Runs ctest in slot $slot on the tests matching $1, per-test limit $2, ctest
+# -j $3, output to $4, contained: a PID namespace (everything dies with it),
+# private mounts, a private /tmp. 0: passed; 3: could not run; else failed.
 run_tests() {
-  local regex=$1 limit=$2 log=$3 count
-  count=$(ctest --test-dir "$build" -N -R "$regex" | sed -n 's/^Total Tests: //p')
+  local regex=$1 limit=$2 parallel=$3 log=$4 count rc=0
+  local dir=$scratch/slot.$slot
+  count=$(ctest --test-dir "$dir/src/build" -N -R "$regex" | sed -n 's/^Total Tests: //p')
   if [[ -z $count || $count == 0 ]]; then
     echo "no test matches '$regex'" >"$log"
     return 3
   fi
-  rm -rf "$scratch/tmp"
-  mkdir -m 1777 "$scratch/tmp"
+  rm -rf "$dir/tmp"
+  mkdir -m 1777 "$dir/tmp"
   # The namespace's init is the bash below: when it ends (ctest done, or
   # killed with unshare) the kernel kills whatever the tests left running.
   # The overall bound catches a ctest that waits on a leftover's pipe.
-  local rc=0
   # shellcheck disable=SC2016 # expanded by the inner bash
   run_job "$log" unshare --pid --fork --kill-child --mount-proc --propagation private \
-    bash -c 'mount --bind "$1" /tmp && shift && timeout -s KILL "$@"' sandbox "$scratch/tmp" \
+    bash -c 'mount --bind "$1" /tmp && shift && timeout -s KILL "$@"' sandbox "$dir/tmp" \
     $((limit * count + 60)) \
-    ctest --test-dir "$build" -R "$regex" --timeout "$limit" -j "$jobs" --stop-on-failure \
-    --output-on-failure || rc=$?
-  detach_loops
+    ctest --test-dir "$dir/src/build" -R "$regex" --timeout "$limit" -j "$parallel" \
+    --stop-on-failure --output-on-failure || rc=$?
+  detach_loops "$dir/tmp"
   if grep -q '\*\*\*Not Run\|Could not find executable' "$log"; then return 3; fi
   return "$rc"
 }
@@ -245,60 +256,77 @@ failed_tests() {
   sed -n '/The following tests FAILED:/,$s/^[[:space:]]*[0-9]* - //p' "$1" | paste -sd ';' -
 }
 
+# Applies mutant $1 in slot $slot, builds, tests, restores; prints one line
+# and records the verdict.
+run_mutant() {
+  local i=$1 started=$SECONDS built=0 rc=0 verdict detail content
+  local dir=$scratch/slot.$slot
+  local file=$dir/src/${files[i]}
+  cp -p "$file" "$dir/pristine"
+  content=$(<"$file")
+  printf '%s%s%s\n' "${content%%"${finds[i]}"*}" "${replaces[i]}" "${content#*"${finds[i]}"}" \
+    >"$file"
+  # shellcheck disable=SC2086 # the targets are a space-separated list
+  if ! run_job "$dir/mutant.log" cmake --build "$dir/src/build" -j $((jobs / slots)) \
+    --target ${builds[i]}; then
+    verdict=BROKEN
+    detail="does not compile (a mutant must be a plausible bug, not a build error): $(grep -m1 'error' "$dir/mutant.log")"
+  else
+    built=$((SECONDS - started))
+    run_tests "${tests[i]}" "${timeouts[i]:-$default_timeout}" $((jobs / slots)) \
+      "$dir/mutant.log" || rc=$?
+    if ((rc == 0)); then
+      verdict=SURVIVED
+      detail="every test matching '${tests[i]}' passed: write the test that kills it (${files[i]}: ${whys[i]})"
+    elif ((rc == 3)); then
+      verdict=BROKEN
+      detail="its tests could not run: $(tail -3 "$dir/mutant.log" | paste -sd ' ' -)"
+    else
+      verdict=KILLED
+      detail=$(failed_tests "$dir/mutant.log")
+      [[ -n $detail ]] || detail="ctest exit $rc (run killed at its time limit)"
+    fi
+  fi
+  cp "$dir/pristine" "$file" # a new mtime: the original recompiles (a cache hit)
+  echo "$verdict" >>"$scratch/verdicts"
+  printf '%-8s %-30s %4d s (build %d s)  %s\n' "$verdict" "${ids[i]}" $((SECONDS - started)) \
+    "$built" "$detail"
+}
+
+start=$SECONDS
+echo "== mutants: ${#selected[@]} in $slots scratch builds under $scratch, each building ${!target_set[*]}"
+for ((k = 0; k < slots; k++)); do
+  prepare_slot "$k" &
+  slot_pids+=($!)
+done
+for pid in "${slot_pids[@]}"; do wait "$pid" || die "the unmutated source does not build"; done
+slot_pids=()
+slot=0
+echo "== mutants: scratch builds ready in $((SECONDS - start)) s"
+
 if ((baseline)); then
   regex=$(for i in "${selected[@]}"; do printf '%s\n' "${tests[i]}"; done | sort -u | paste -sd '|' -)
   echo "== mutants: baseline: the selected tests pass on the unmutated source"
-  if ! run_tests "$regex" "$default_timeout" "$scratch/baseline.log"; then
+  if ! run_tests "$regex" "$default_timeout" "$jobs" "$scratch/baseline.log"; then
     tail -60 "$scratch/baseline.log"
     die "the baseline fails ($(failed_tests "$scratch/baseline.log")): fix that first; a mutant can only be killed by a test that passes without it"
   fi
 fi
 
-killed=0 survived=0 broken=0
-for i in "${selected[@]}"; do
-  id=${ids[i]} file=${files[i]}
-  mutant_start=$SECONDS
-  cp -p "$src/$file" "$scratch/pristine/file"
-  content=$(<"$src/$file")
-  printf '%s%s%s\n' "${content%%"${finds[i]}"*}" "${replaces[i]}" "${content#*"${finds[i]}"}" \
-    >"$src/$file"
-  verdict=
-  detail=
-  # shellcheck disable=SC2086 # the targets are a space-separated list
-  if ! run_job "$scratch/mutant.log" cmake --build "$build" -j "$jobs" --target ${builds[i]}; then
-    verdict=BROKEN
-    detail="does not compile (a mutant must be a plausible bug, not a build error)"
-    grep -m3 'error' "$scratch/mutant.log" >&2 || true
-  else
-    built=$((SECONDS - mutant_start))
-    rc=0
-    run_tests "${tests[i]}" "${timeouts[i]:-$default_timeout}" "$scratch/mutant.log" || rc=$?
-    if ((rc == 0)); then
-      verdict=SURVIVED
-      detail="every test matching '${tests[i]}' passed: write the test that kills it"
-    elif ((rc == 3)); then
-      verdict=BROKEN
-      detail="its tests could not run: $(tail -3 "$scratch/mutant.log" | paste -sd ' ' -)"
-    else
-      verdict=KILLED
-      detail=$(failed_tests "$scratch/mutant.log")
-      [[ -n $detail ]] || detail="ctest exit $rc (run killed at its time limit)"
-    fi
-  fi
-  cp "$scratch/pristine/file" "$src/$file" # a new mtime: the original recompiles (a cache hit)
-  case $verdict in
-    KILLED) killed=$((killed + 1)) ;;
-    SURVIVED) survived=$((survived + 1)) ;;
-    *) broken=$((broken + 1)) ;;
-  esac
-  printf '%-8s %-30s %4d s (build %d s)  %s\n' "$verdict" "$id" $((SECONDS - mutant_start)) \
-    "${built:-0}" "$detail"
-  if [[ $verdict == SURVIVED ]]; then
-    echo "         $file: ${whys[i]}"
-  fi
-  built=
+touch "$scratch/verdicts"
+for ((k = 0; k < slots; k++)); do
+  (
+    slot=$k
+    for ((p = k; p < ${#selected[@]}; p += slots)); do run_mutant "${selected[p]}"; done
+  ) &
+  slot_pids+=($!)
 done
+for pid in "${slot_pids[@]}"; do wait "$pid" || true; done
+slot_pids=()
 
+killed=$(grep -c '^KILLED$' "$scratch/verdicts" || true)
+survived=$(grep -c '^SURVIVED$' "$scratch/verdicts" || true)
 total=${#selected[@]}
+broken=$((total - killed - survived))
 echo "== mutants: $killed of $total killed, $survived survived, $broken broken; $((SECONDS - start)) s"
 ((survived == 0 && broken == 0))
