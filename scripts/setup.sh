@@ -5,6 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git
+  # a compiler cache: rebuilds, and the mutation check's scratch builds, reuse objects
+  ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libmount-dev libblkid-dev e2fsprogs xfsprogs util-linux fdisk libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   nfs-ganesha nfs-ganesha-vfs

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: first the normal build (unit tests, then
-# integration tests with real ganesha and a real NFS client, then the container
-# image built and run), then a Release build (build only: -O3 finds warnings
-# the other builds do not), clang's thread-safety analysis (ABSL_GUARDED_BY),
-# then the unit and integration suite again under
-# AddressSanitizer + UBSan.
+# integration tests with real ganesha and a real NFS client, then the mutants
+# that must die, then the container image built and run), then a Release build
+# (build only: -O3 finds warnings the other builds do not), clang's
+# thread-safety analysis (ABSL_GUARDED_BY), then the unit and integration
+# suite again under AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,6 +15,9 @@ echo "== unit tests"
 ctest --test-dir build -L unit -j2 --output-on-failure
 echo "== integration tests"
 ctest --test-dir build -L integration -j2 --output-on-failure
+echo "== mutants that must die (tests/mutants: each a plausible bug some test must catch)"
+# The tests just passed on this source: no baseline run needed.
+bash tests/mutants/run.sh --no-baseline
 
 echo "== container image and manifests"
 ctest --test-dir build -L container --verbose --output-on-failure

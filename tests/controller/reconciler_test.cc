@@ -148,6 +148,65 @@ TEST_CASE("stale-epoch calls are refused by the share-manager") {
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("record before acting: a pass whose status write fails deletes no pod and creates none") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  const std::string dead = sim.CurrentPod("vol");
+  sim.cluster.Kill(dead, 3);
+  const uint64_t deletes = sim.cluster.delete_calls();
+  sim.store.faults().FailCall(2, Fault::kFail);  // the pass's Get, then its status write
+  sim.Pass("vol");
+  REQUIRE(sim.store.faults().fired() == 1);
+  CHECK(sim.cluster.delete_calls() == deletes);  // nothing acted on an unrecorded ERROR
+  CHECK(sim.cluster.Pods("vol").size() == 1);
+  CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
+  sim.Pass("vol");  // recorded this time, then acted on
+  CHECK(sim.Get("vol").status().phase() == pb::ERROR);
+  CHECK(sim.cluster.delete_calls() == deletes + 1);
+}
+
+namespace {
+
+// Forwards to a runtime, noting at each Create the epoch the store holds then.
+class EpochAtCreate final : public PodRuntime {
+ public:
+  EpochAtCreate(PodRuntime& inner, Store& store) : inner_(inner), store_(store) {}
+  absl::StatusOr<Pod> Create(const pb::ShareSpec& spec, uint64_t epoch) override {
+    const auto record = store_.Get(spec.volume());
+    stored.push_back(record.ok() ? record->status().epoch() : 0);
+    created.push_back(epoch);
+    return inner_.Create(spec, epoch);
+  }
+  absl::Status Delete(const std::string& pod) override { return inner_.Delete(pod); }
+  absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override {
+    return inner_.List(volume);
+  }
+  void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
+
+  std::vector<uint64_t> stored, created;
+
+ private:
+  PodRuntime& inner_;
+  Store& store_;
+};
+
+}  // namespace
+
+TEST_CASE("fence first: a replacement's epoch is in the store before its pod is created") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  EpochAtCreate runtime(sim.cluster, sim.memory);
+  Reconciler reconciler(sim.store, runtime, sim.cluster, sim.clock, sim.clock, sim.options);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  for (int i = 0; i < 10 && runtime.created.empty(); ++i) {
+    reconciler.Reconcile("vol");
+    sim.clock.Advance(100);
+  }
+  REQUIRE(runtime.created.size() == 1);
+  CHECK(runtime.created[0] == 2);
+  CHECK(runtime.stored[0] == 2);
+}
+
 TEST_CASE("two live pods are repaired: the one the status names stays, the other goes") {
   Sim sim;
   sim.AddShare("vol");
@@ -161,6 +220,30 @@ TEST_CASE("two live pods are repaired: the one the status names stays, the other
   CHECK(sim.cluster.LivePods("vol") == 1);
   CHECK(sim.cluster.Pods("vol")[0].pod.epoch == sim.Get("vol").status().epoch());
   CHECK(sim.RunUntilRunning("vol"));
+}
+
+TEST_CASE("a replacement waits until a reappeared pod of an older epoch is gone") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  REQUIRE(sim.Get("vol").status().epoch() == 2);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  sim.Pass("vol");  // ERROR: epoch 2's pod is deleted, and gone at once
+  REQUIRE(sim.cluster.Pods("vol").empty());
+  // Meanwhile a pod of epoch 1 shows up again (its node came back), slow to go.
+  sim.cluster.SetDeleteLag(3000);
+  pb::ShareSpec spec;
+  spec.set_volume("vol");
+  REQUIRE(sim.cluster.Create(spec, 1).ok());
+  for (int i = 0; i < 50; ++i) {  // 5 s: past its deletion and the replacement backoff
+    sim.Pass("vol");
+    REQUIRE(sim.cluster.LivePods("vol") <= 1);
+    sim.clock.Advance(100);
+  }
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 3);
+  CHECK(sim.cluster.LivePods("vol") == 1);
 }
 
 TEST_CASE("never two active: every store write and pod call failing in turn during a failover") {
@@ -496,10 +579,11 @@ TEST_CASE("time: an unhealthy pod's grace follows the monotonic clock across wal
     CAPTURE(step);
     Sim sim;  // unhealthy grace 2 s
     sim.AddRunningShare("vol");
+    sim.clock.StepWall(step);  // before the grace: the clocks disagree from its first mark
     sim.cluster.Freeze(sim.CurrentPod("vol"), true);
     sim.Pass("vol");
     sim.clock.Advance(1000);
-    sim.clock.StepWall(step);  // in the middle of the grace
+    sim.clock.StepWall(step);  // and in the middle of it
     sim.Pass("vol");
     CHECK(sim.Get("vol").status().phase() == pb::RUNNING);
     sim.clock.Advance(999);

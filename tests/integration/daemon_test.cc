@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "base/proc.h"
+#include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/nfs_client.h"
@@ -55,6 +57,24 @@ bool WaitGone(pid_t pid, milliseconds timeout) {
     std::this_thread::sleep_for(milliseconds(20));
   }
   return false;
+}
+
+// The parent pid and state letter from /proc/<pid>/stat; {0, 0} once it is gone.
+std::pair<pid_t, char> ParentAndState(pid_t pid) {
+  const std::string stat = ReadLocal("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return {0, 0};
+  std::istringstream rest(stat.substr(close + 2));
+  char state = 0;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return {ppid, state};
+}
+
+// Gone, or a zombie: nothing runs any more.
+bool Dead(pid_t pid) {
+  const char state = ParentAndState(pid).second;
+  return state == 0 || state == 'Z';
 }
 
 std::vector<pid_t> ChildrenOf(pid_t parent) {
@@ -265,6 +285,51 @@ TEST_CASE(
   siginfo_t info{};
   const int waitable = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
   CHECK_MESSAGE((waitable != 0 || info.si_pid == 0), "left behind: pid ", info.si_pid);
+}
+
+TEST_CASE("6b. SIGKILL share-manager: ganesha dies with it (PR_SET_PDEATHSIG)") {
+  auto d = StartDaemon();
+  const pid_t ganesha = d->Status()->ganesha_pid();
+  REQUIRE(ganesha > 0);
+  d->Signal(SIGKILL);
+  REQUIRE(d->WaitExit(milliseconds(5000)).ok());
+  CHECK(testing_support::WaitFor([&] { return Dead(ganesha); }, milliseconds(5000)));
+}
+
+TEST_CASE("6c. ganesha's orphans are re-parented to share-manager, which reaps them") {
+  testing_support::TempDir dir("sharemgr-orphan");
+  // ganesha, started through a script that leaves an orphan behind first.
+  const std::string wrapper = dir.path() + "/ganesha-leaving-an-orphan";
+  const std::string pid_file = dir.path() + "/orphan.pid";
+  {
+    std::ofstream out(wrapper);
+    out << "#!/bin/sh\n"
+        << "(sleep 60 </dev/null >/dev/null 2>&1 & echo $! >" << pid_file << ".new && mv "
+        << pid_file << ".new " << pid_file << ")\n"
+        << "exec ganesha.nfsd \"$@\"\n";
+  }
+  std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
+  auto d = StartDaemon({.extra_flags = {"--ganesha-bin", wrapper}});
+  pid_t orphan = 0;
+  REQUIRE(testing_support::WaitFor(
+      [&] {
+        std::ifstream in(pid_file);
+        return static_cast<bool>(in >> orphan);
+      },
+      milliseconds(5000)));
+  // Killed at the end through a pidfd, which a reused pid cannot fool.
+  const base::UniqueFd orphan_fd(static_cast<int>(syscall(SYS_pidfd_open, orphan, 0)));
+  REQUIRE(orphan_fd);
+  struct KillAtEnd {
+    int pidfd;
+    ~KillAtEnd() { syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0); }
+  } kill_at_end{orphan_fd.get()};
+  CHECK(testing_support::WaitFor([&] { return ParentAndState(orphan).first == d->pid(); },
+                                 milliseconds(5000)));
+  REQUIRE(syscall(SYS_pidfd_send_signal, orphan_fd.get(), SIGKILL, nullptr, 0) == 0);
+  // Reaped: not even a zombie is left.
+  CHECK(testing_support::WaitFor([&] { return ParentAndState(orphan).second == 0; },
+                                 milliseconds(5000)));
 }
 
 TEST_CASE("7. WatchStatus streams the crash transitions in order, each message different") {

@@ -58,12 +58,13 @@ class DeviceName {
   testing_support::TempDir dir_{"sharemgr-device"};
 };
 
-// Collects WatchStatus messages until one matches.
+// Collects WatchStatus messages until one matches (or the watch's deadline).
 std::vector<v1::ShareStatus> WatchUntil(const DaemonProcess& d,
                                         const std::function<void()>& trigger,
-                                        const std::function<bool(const v1::ShareStatus&)>& done) {
+                                        const std::function<bool(const v1::ShareStatus&)>& done,
+                                        std::chrono::seconds deadline = std::chrono::seconds(30)) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
   auto stream = d.Stub()->WatchStatus(&context, v1::WatchStatusRequest());
   std::vector<v1::ShareStatus> seen;
   v1::ShareStatus s;
@@ -80,7 +81,9 @@ std::vector<v1::ShareStatus> WatchUntil(const DaemonProcess& d,
 
 // Remounts the export read-only from outside; the statuses seen until SERVING
 // again with a remount generation above `before` (or until the watch ends).
-std::vector<v1::ShareStatus> RemountReadOnlyUntilRepaired(const DaemonProcess& d, uint64_t before) {
+std::vector<v1::ShareStatus> RemountReadOnlyUntilRepaired(
+    const DaemonProcess& d, uint64_t before,
+    std::chrono::seconds deadline = std::chrono::seconds(30)) {
   return WatchUntil(
       d,
       [&] {
@@ -88,7 +91,8 @@ std::vector<v1::ShareStatus> RemountReadOnlyUntilRepaired(const DaemonProcess& d
       },
       [&](const v1::ShareStatus& s) {
         return s.state() == v1::SERVING && s.remount_generation() > before;
-      });
+      },
+      deadline);
 }
 
 bool Saw(const std::vector<v1::ShareStatus>& seen, v1::ShareState state) {
@@ -142,6 +146,17 @@ TEST_CASE("volume 2b. each in-place repair makes the share SERVING itself, not a
   }
 }
 
+TEST_CASE("volume 2c. a read-only remount is seen through the mountinfo event, not a later probe") {
+  auto loop = MakeLoop("ext4");
+  // The next volume probe is a minute away: only the event can tell in time.
+  auto d = StartOn(*loop, "ext4", {"--volume-probe-interval", "60s"});
+  const uint64_t before = d->Status()->remount_generation();
+  const auto seen = RemountReadOnlyUntilRepaired(*d, before, std::chrono::seconds(10));
+  CHECK(Saw(seen, v1::DEGRADED));
+  CHECK(seen.back().state() == v1::SERVING);
+  CHECK(seen.back().remount_generation() == before + 1);
+}
+
 TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact, writes resume") {
   auto loop = MakeLoop("ext4");
   auto d = StartOn(*loop, "ext4");
@@ -158,8 +173,10 @@ TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact,
       },
       [&](const v1::ShareStatus& s) {
         return s.state() == v1::SERVING && s.remount_generation() > before;
-      });
+      },
+      std::chrono::seconds(15));
   CHECK(Saw(seen, v1::DEGRADED));
+  REQUIRE_MESSAGE(seen.back().state() == v1::SERVING, "not repaired:\n", d->output());
   CHECK(seen.back().remount_generation() == before + 1);
   CHECK(d->output().find("e2fsck -f") != std::string::npos);
   const auto data = d->ReadEventually("/before-error.txt");

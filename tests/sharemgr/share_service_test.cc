@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <grpcpp/server_context.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -24,11 +25,16 @@ struct FakeLoop {
 TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   StatusBoard board;
   FakeLoop loop;
+  std::atomic<int> unmounts{0};
   ShareService service(
       board,
       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
                     .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
-                    .unmount = [] { return absl::OkStatus(); }},
+                    .unmount =
+                        [&] {
+                          ++unmounts;
+                          return absl::OkStatus();
+                        }},
       3);
   grpc::ServerContext context;
   v1::MountRequest request;
@@ -42,6 +48,19 @@ TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   CHECK(response.handled_generation() == 5);
   request.set_epoch(0);
   CHECK(service.Mount(&context, &request, &response).ok());
+  request.set_epoch(4);  // a newer epoch is not this server's either
+  CHECK(service.Mount(&context, &request, &response).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+
+  v1::UnmountRequest unmount;
+  v1::UnmountResponse unmounted;
+  unmount.set_epoch(2);
+  CHECK(service.Unmount(&context, &unmount, &unmounted).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(unmounts == 0);  // refused before anything was withdrawn
+  unmount.set_epoch(3);
+  CHECK(service.Unmount(&context, &unmount, &unmounted).ok());
+  CHECK(unmounts == 1);
 }
 
 TEST_CASE("volume operations get a capped deadline, and their refusal verbatim") {

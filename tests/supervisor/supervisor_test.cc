@@ -7,12 +7,17 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
+
+#include "tests/support/wait_for.h"
 
 namespace supervisor {
 namespace {
@@ -31,7 +36,10 @@ class Harness {
       Supervisor sup(
           loop, options,
           [this](base::Duration timeout) -> absl::Status {
-            if (probe_ok_) return absl::OkStatus();
+            const int n = ++probes_;
+            if (probe_ok_ || (answer_every_ > 0 && n % answer_every_ == 0)) {
+              return absl::OkStatus();
+            }
             std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
             return absl::DeadlineExceededError("scripted probe failure");
           },
@@ -47,7 +55,9 @@ class Harness {
       started_.set_value();
       loop.Run();
       outcome_ = sup.outcome();
+      std::lock_guard lock(loop_mu_);
       sup_ = nullptr;
+      loop_ = nullptr;  // gone with this scope: nothing may be posted to it any more
     });
     started_.get_future().wait();
   }
@@ -58,14 +68,23 @@ class Harness {
     }
   }
 
-  // Runs fn on the loop thread and waits for it.
+  // Runs fn on the loop thread and waits for it; nothing once the run has ended.
   void Run(std::function<void(Supervisor&)> fn) {
-    std::promise<void> done;
-    loop_->Post([&] {
-      if (sup_) fn(*sup_);
-      done.set_value();
-    });
-    done.get_future().wait();
+    auto done = std::make_shared<std::promise<void>>();
+    auto ran = done->get_future();
+    {
+      std::lock_guard lock(loop_mu_);
+      if (loop_ == nullptr) return;
+      loop_->Post([this, fn = std::move(fn), done] {
+        if (sup_) fn(*sup_);
+        done->set_value();
+      });
+    }
+    // A loop that quits (the share FAILED) before it gets to the task never runs it.
+    while (ran.wait_for(milliseconds(20)) != std::future_status::ready) {
+      std::lock_guard lock(loop_mu_);
+      if (loop_ == nullptr) return;
+    }
   }
 
   SupervisorStatus WaitFor(const std::function<bool(const SupervisorStatus&)>& pred,
@@ -89,11 +108,15 @@ class Harness {
   }
 
   std::atomic<bool> probe_ok_{true};
+  // While probe_ok_ is false, every answer_every_-th probe still answers (0: none).
+  std::atomic<int> answer_every_{0};
+  std::atomic<int> probes_{0};
   std::atomic<bool> ready_{true};
 
  private:
   base::SteadyTimeSource clock_;
-  EventLoop* loop_ = nullptr;
+  std::mutex loop_mu_;
+  EventLoop* loop_ = nullptr;  // guarded by loop_mu_ once the run started
   Supervisor* sup_ = nullptr;
   std::promise<void> started_;
   std::mutex mu_;
@@ -170,6 +193,25 @@ TEST_CASE("a child that stops answering is hung: killed after N misses and resta
   CHECK(h.WaitFor(StateIs(State::kServing)).restarts == 1);
 }
 
+TEST_CASE(
+    "NULL probe misses count only in a row: an answer between misses starts the count again") {
+  Harness h(FastOptions());  // 3 misses in a row mean hung
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  h.answer_every_ = 3;  // miss, miss, answer, miss, miss, answer, ...
+  const int from = h.probes_;
+  h.probe_ok_ = false;
+  // 30 probes, or a kill: whichever comes first.
+  REQUIRE(testing_support::WaitFor(
+      [&] { return h.probes_ >= from + 30 || h.history().back().pid != pid; },
+      milliseconds(10'000)));
+  h.probe_ok_ = true;
+  const auto now = h.history().back();
+  CHECK(now.pid == pid);
+  CHECK(now.restarts == 0);
+  CHECK_FALSE(now.last_exit.has_value());
+  CHECK(Alive(pid));
+}
+
 TEST_CASE("the death budget: one death more than allowed is FAILED, then the run ends") {
   SupervisorOptions options = FastOptions();
   options.restart.max_deaths = 2;
@@ -230,6 +272,44 @@ TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
   // Nothing but the supervised child may be waitable (it is alive, so nothing at all).
   CHECK(waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0);
   CHECK(info.si_pid == 0);
+}
+
+TEST_CASE(
+    "BecomeSubreaper: an orphaned grandchild is re-parented to this process, which reaps it") {
+  BecomeSubreaper();
+  int report[2];
+  REQUIRE(pipe(report) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child starts a grandchild, says its pid, and exits: the grandchild is orphaned.
+    const pid_t grandchild = fork();
+    if (grandchild == 0) {
+      pause();
+      _exit(0);
+    }
+    [[maybe_unused]] auto n = write(report[1], &grandchild, sizeof(grandchild));
+    _exit(0);
+  }
+  close(report[1]);
+  pid_t grandchild = 0;
+  const auto n = read(report[0], &grandchild, sizeof(grandchild));
+  close(report[0]);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  REQUIRE(n == sizeof(grandchild));
+  REQUIRE(grandchild > 0);
+  // The kernel re-parents an orphan when its parent exits, before the parent can be reaped.
+  std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  kill(grandchild, SIGKILL);
+  const pid_t reaped = waitpid(grandchild, nullptr, 0);  // only its parent can reap it
+  CHECK(reaped == grandchild);
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  char state = 0;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  CHECK(ppid == getpid());
 }
 
 }  // namespace supervisor

@@ -1,0 +1,70 @@
+// The export's lifecycle without ganesha: Mount by generation and Unmount,
+// the ganesha.conf each leaves, and the reloads (SIGHUPs) each asks for.
+#include "sharemgr/share.h"
+
+#include <doctest/doctest.h>
+
+#include <optional>
+
+#include "base/files.h"
+#include "tests/support/temp_dir.h"
+
+namespace sharemgr {
+namespace {
+
+struct Fixture {
+  Fixture() {
+    auto config = GaneshaConfig::Create({.volume = "pvc-1",
+                                         .export_dir = dir.path() + "/export",
+                                         .bind_address = "127.0.0.1",
+                                         .nfs_port = 20490,
+                                         .grace_seconds = 90,
+                                         .lease_seconds = 60,
+                                         .recovery_root = dir.path() + "/recovery",
+                                         .plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha"});
+    REQUIRE(config.ok());
+    share.emplace(*std::move(config), path(), [this] { ++reloads; });
+    REQUIRE(share->WriteConfig().ok());
+  }
+  std::string path() const { return dir.path() + "/ganesha.conf"; }
+  bool Exported() const {
+    auto text = base::ReadFile(path());
+    REQUIRE(text.ok());
+    return text->find("EXPORT {") != std::string::npos;
+  }
+
+  testing_support::TempDir dir;
+  int reloads = 0;
+  std::optional<Share> share;
+};
+
+}  // namespace
+
+TEST_CASE("Mount: a handled generation changes nothing while exported, 0 asks for one more") {
+  Fixture f;
+  CHECK(*f.share->Mount(3) == 3);
+  CHECK(f.reloads == 1);
+  CHECK(*f.share->Mount(3) == 3);  // the same request again: no reload
+  CHECK(*f.share->Mount(2) == 3);  // an older one: neither
+  CHECK(f.reloads == 1);
+  CHECK(*f.share->Mount(0) == 4);
+  CHECK(f.reloads == 2);
+  CHECK(*f.share->Mount(9) == 9);
+  CHECK(f.reloads == 3);
+}
+
+TEST_CASE(
+    "Unmount withdraws the export from ganesha.conf, and Mount of a handled generation restores "
+    "it") {
+  Fixture f;
+  CHECK(*f.share->Mount(2) == 2);
+  REQUIRE(f.Exported());
+  REQUIRE(f.share->Unmount().ok());
+  CHECK_FALSE(f.Exported());
+  CHECK(f.reloads == 2);
+  CHECK(*f.share->Mount(2) == 2);  // handled, but withdrawn since: exported again
+  CHECK(f.Exported());
+  CHECK(f.reloads == 3);
+}
+
+}  // namespace sharemgr
