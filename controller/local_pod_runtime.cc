@@ -77,11 +77,14 @@ std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
   return std::chrono::seconds(10);
 }
 
-// e2fsck, and fsck with its fsck.<type> helpers (/proc's comm). A check
-// SIGKILLed mid-write can leave the filesystem worse than it found it; on
-// SIGTERM it stops at a safe point.
+// A tool that writes filesystem metadata (/proc's comm): fsck and its
+// fsck.<type> helpers, e2fsck, mkfs and its mkfs.<type>, mke2fs, resize2fs,
+// xfs_repair, xfs_growfs. SIGKILLed mid-write it can leave the filesystem
+// worse than it found it; on SIGTERM it stops at a safe point.
 bool IsFilesystemCheck(const std::string& comm) {
-  return comm == "e2fsck" || comm == "fsck" || comm.starts_with("fsck.");
+  return comm == "e2fsck" || comm == "fsck" || comm.starts_with("fsck.") || comm == "mkfs" ||
+         comm.starts_with("mkfs.") || comm == "mke2fs" || comm == "resize2fs" ||
+         comm == "xfs_repair" || comm == "xfs_growfs";
 }
 
 bool PortFree(uint16_t port) {
@@ -100,6 +103,17 @@ std::string NewPodUid() {
   std::string uid;
   for (int i = 0; i < 4; ++i) absl::StrAppend(&uid, absl::Hex(random(), absl::kZeroPad8));
   return uid;
+}
+
+// Whether `pid`'s command line carries `--pod-uid <uid>` (the held shell's
+// and the share-manager's both do): a record that names another process,
+// however its start time matches, is not followed to it. Records without a
+// uid (older ones) have only the start time.
+bool RunsWithUid(pid_t pid, const std::string& uid) {
+  if (uid.empty()) return true;
+  auto cmdline = base::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  return cmdline.ok() && cmdline->find(absl::StrCat(std::string("--pod-uid") + '\0', uid,
+                                                    std::string(1, '\0'))) != std::string::npos;
 }
 
 // What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
@@ -150,7 +164,9 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
   r.pod.nfs_port = static_cast<uint16_t>(port);
   if (auto it = kv.find("stop_timeout_ms"); it != kv.end()) {
     int64_t ms = 0;
-    if (!absl::SimpleAtoi(it->second, &ms) || ms < 0) {
+    // Bounded as the daemon bounds its flags (ParseDuration): a day at most,
+    // so twice it plus 5 s neither overflows nor waits for ever.
+    if (!absl::SimpleAtoi(it->second, &ms) || ms < 0 || ms > 86'400'000) {
       return absl::DataLossError("malformed stop_timeout_ms in pod record");
     }
     r.stop_timeout = std::chrono::milliseconds(ms);
@@ -162,7 +178,7 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
 
 absl::StatusOr<std::map<std::string, LocalPortTable::Ports>> LocalPortTable::Load() const {
   std::map<std::string, Ports> out;
-  auto text = base::ReadFile(work_dir_ + "/ports");
+  auto text = base::ReadFile(work_dir_ + "/.ports");
   if (!text.ok()) {
     if (text.status().code() == absl::StatusCode::kNotFound) return out;
     return text.status();
@@ -172,7 +188,7 @@ absl::StatusOr<std::map<std::string, LocalPortTable::Ports>> LocalPortTable::Loa
     uint32_t grpc = 0, nfs = 0;
     if (f.size() != 3 || !absl::SimpleAtoi(f[1], &grpc) || !absl::SimpleAtoi(f[2], &nfs) ||
         grpc == 0 || nfs == 0 || grpc > 65535 || nfs > 65535) {
-      return absl::DataLossError(absl::StrCat(work_dir_, "/ports: bad line '", line, "'"));
+      return absl::DataLossError(absl::StrCat(work_dir_, "/.ports: bad line '", line, "'"));
     }
     out[f[0]] = {static_cast<uint16_t>(grpc), static_cast<uint16_t>(nfs)};
   }
@@ -199,7 +215,7 @@ absl::StatusOr<base::PortRange> LocalPortTable::Usable(base::PortRange range) {
 absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& volume) {
   // Held across read-allocate-write: two runtimes over one work dir (an old
   // one shutting down, a new one starting) must not both take a port.
-  const std::string lock_path = work_dir_ + "/ports.lock";
+  const std::string lock_path = work_dir_ + "/.ports.lock";
   base::UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock || flock(lock.get(), LOCK_EX) != 0) {
     return absl::UnavailableError(absl::StrCat("cannot lock ", lock_path, ": ", strerror(errno)));
@@ -229,7 +245,7 @@ absl::StatusOr<LocalPortTable::Ports> LocalPortTable::Get(const std::string& vol
   (*table)[volume] = ports;
   std::string text;
   for (const auto& [name, p] : *table) absl::StrAppend(&text, name, " ", p.grpc, " ", p.nfs, "\n");
-  if (auto s = base::WriteFileAtomically(work_dir_ + "/ports", text, 0644); !s.ok()) return s;
+  if (auto s = base::WriteFileAtomically(work_dir_ + "/.ports", text, 0644); !s.ok()) return s;
   return ports;
 }
 
@@ -325,7 +341,8 @@ void LocalPodRuntime::Load() {
           !record->boot_id.empty() && !boot_id_.empty() && record->boot_id != boot_id_;
       if (other_boot) {
         local.state_dir.clear();  // a ganesha running now is not this pod's either
-      } else if (base::ProcessAlive(local.pid, local.start_ticks)) {
+      } else if (base::ProcessAlive(local.pid, local.start_ticks) &&
+                 RunsWithUid(local.pid, local.pod.uid)) {
         AddProc(local, local.pid, local.start_ticks);
         local.share_manager_alive = !local.procs.empty();
       }
@@ -537,11 +554,16 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   {
     absl::MutexLock lock(&mu_);
     if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
-    if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
+    // Reserved until it is in pods_: two Creates of one name must not both
+    // start a share-manager (the second would overwrite the first's entry).
+    if (pods_.contains(pod.name) || !creating_names_.insert(pod.name).second) {
+      return absl::AlreadyExistsError(pod.name + " exists");
+    }
     ++creating_;
   }
-  auto done = [this] {
+  auto done = [this, name = pod.name] {
     absl::MutexLock lock(&mu_);
+    creating_names_.erase(name);
     --creating_;
   };
   if (auto s = base::EnsureDirectory(volume_dir + "/pods", 0755); !s.ok()) {

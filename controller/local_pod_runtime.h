@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,7 +62,7 @@ struct LocalPodRuntimeOptions {
   std::string lock_holder = "pod runtime";
 };
 
-// Per-volume ports persisted in <work_dir>/ports (flocked while read and
+// Per-volume ports persisted in <work_dir>/.ports (flocked while read and
 // written): a volume keeps its NFS and gRPC ports across pods and controller
 // restarts, and no port is ever handed to two volumes or to both roles.
 //
@@ -192,6 +193,7 @@ class LocalPodRuntime final : public PodRuntime {
   base::UniqueFd wakeup_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   int creating_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> creating_names_ ABSL_GUARDED_BY(mu_);  // Creates under way
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;

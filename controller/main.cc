@@ -157,6 +157,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // A pod's start gate is a pipe: a pod that died before it was released
+  // must cost a logged warning, not this process.
+  signal(SIGPIPE, SIG_IGN);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);

@@ -597,6 +597,39 @@ TEST_CASE(
   CHECK(WaitFor([&] { return kill(ganesha, 0) != 0; }, milliseconds(5000)));
 }
 
+TEST_CASE(
+    "local runtime: two Creates of one pod at once start one share-manager, and a volume named "
+    "'ports' is a volume like any other") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
+                              .work_dir = dir.path(),
+                              .termination_grace = milliseconds(300)});
+  std::vector<absl::StatusOr<Pod>> results(4, absl::UnknownError("not run"));
+  {
+    std::vector<std::jthread> callers;
+    for (auto& result : results) {
+      callers.emplace_back([&runtime, &result] { result = runtime->Create(Spec("ports"), 1); });
+    }
+  }
+  int created = 0;
+  for (const auto& result : results) {
+    if (result.ok()) {
+      ++created;
+      reaper.Add(runtime->Pid(result->name));
+    } else {
+      CHECK(result.status().code() == absl::StatusCode::kAlreadyExists);
+    }
+  }
+  CHECK(created == 1);
+  // The port table is not in the way of a volume's directory, nor the reverse.
+  auto other = runtime->Create(Spec("vol-b"), 1);
+  REQUIRE_MESSAGE(other.ok(), other.status().ToString());
+  reaper.Add(runtime->Pid(other->name));
+  CHECK(RequireOk(runtime->List("ports")).size() == 1);
+  runtime->Shutdown();
+}
+
 TEST_CASE("connector: an answer from another volume, epoch or instance is not health") {
   const Pod pod{.name = PodName("vol-a", 3),
                 .volume = "vol-a",
