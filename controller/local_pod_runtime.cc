@@ -423,6 +423,10 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     }
   }
   local.pod.terminating = local.deleting && !local.procs.empty();
+  // Gone: the monitor removes it. When List or Delete saw the last exit, the
+  // pidfd that would have woken the monitor is closed already; wake it here
+  // rather than leave the pod listed until its next periodic pass.
+  if (local.deleting && local.procs.empty()) Wake();
   return phase != local.pod.phase || terminating != local.pod.terminating;
 }
 
