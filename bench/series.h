@@ -1,5 +1,5 @@
 // Latency samples of one measure across benchmark runs, reported as a Markdown
-// row: median, max, and how many runs never got there.
+// row: median, 90th percentile, max, and how many runs never got there.
 #pragma once
 
 #include <algorithm>
@@ -29,16 +29,18 @@ struct Series {
   }
 
   std::string Row() const {
-    if (values.empty()) return absl::StrFormat("| %s | - | - | %d |", name, misses);
+    if (values.empty()) return absl::StrFormat("| %s | - | - | - | %d |", name, misses);
     auto v = values;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    return absl::StrFormat("| %s | %.1f ms | %.1f ms | %d |", name, median, v.back(), misses);
+    const double p90 = v[(n * 9 + 9) / 10 - 1];  // nearest rank: 9 in 10 runs took no longer
+    return absl::StrFormat("| %s | %.1f ms | %.1f ms | %.1f ms | %d |", name, median, p90, v.back(),
+                           misses);
   }
 
   static constexpr const char* kHeader =
-      "| measure | median | max | runs that never got there |\n|---|---|---|---|\n";
+      "| measure | median | p90 | max | runs that never got there |\n|---|---|---|---|---|\n";
 
   std::string name;
   std::vector<double> values;  // milliseconds

@@ -281,6 +281,7 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock 
     absl::MutexLock lock(&mu_);  // no other thread yet; the analysis wants it held
     Load();
   }
+  reaper_ = std::thread([this] { Reaper(); });
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -384,8 +385,11 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     return true;  // closing the pidfd also drops it from epoll
   });
   if (local.child && !local.share_manager_alive) {
-    auto exit = local.child->Reap();
+    // Its exit is known now; the reap, which can take the kernel a long
+    // time, waits on the reaper thread and holds nothing up.
+    auto exit = local.child->ExitStatus();
     local.pod.exit_code = exit.ok() ? exit->ShellCode() : -1;
+    ReapLater(*std::move(local.child));
     local.child.reset();
   }
   if (local.share_manager_alive) {
@@ -447,6 +451,10 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     }
   }
   local.pod.terminating = local.deleting && !local.procs.empty();
+  // Gone: the monitor removes it. When List or Delete saw the last exit, the
+  // pidfd that would have woken the monitor is closed already; wake it here
+  // rather than leave the pod listed until its next periodic pass.
+  if (local.deleting && local.procs.empty()) Wake();
   return phase != local.pod.phase || terminating != local.pod.terminating;
 }
 
@@ -537,6 +545,37 @@ void LocalPodRuntime::Stop(bool delete_pods) {
   }
   Wake();
   monitor_.join();
+  {
+    absl::MutexLock lock(&reap_mu_);
+    reaper_stop_ = true;
+  }
+  reaper_.join();
+}
+
+void LocalPodRuntime::ReapLater(supervisor::ChildProcess child) {
+  absl::MutexLock lock(&reap_mu_);
+  unreaped_.push_back(std::move(child));
+}
+
+void LocalPodRuntime::Reaper() {
+  for (;;) {
+    std::vector<supervisor::ChildProcess> exited;
+    {
+      absl::MutexLock lock(&reap_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reap_mu_) {
+        return reaper_stop_ || !unreaped_.empty();
+      };
+      reap_mu_.Await(absl::Condition(&ready));
+      if (unreaped_.empty()) return;  // stopping, and every child reaped
+      exited.swap(unreaped_);
+    }
+    for (auto& child : exited) {
+      const pid_t pid = child.pid();
+      if (auto reaped = child.Reap(); !reaped.ok()) {
+        spdlog::warn("share-manager {}: cannot reap it: {}", pid, reaped.status().message());
+      }
+    }
+  }
 }
 
 void LocalPodRuntime::Wake() {

@@ -168,6 +168,9 @@ class LocalPodRuntime final : public PodRuntime {
   // one. SIGKILL spares filesystem checks (they had SIGTERM) and returns them;
   // a check found only in a group is tracked from then on.
   std::vector<pid_t> SignalAll(LocalPod& local, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reaps on the reaper thread a share-manager whose exit status was read.
+  void ReapLater(supervisor::ChildProcess child);
+  void Reaper();
   // `stdin_fd`: the pod's stdin (the gate that holds it until it is recorded).
   absl::StatusOr<supervisor::ChildProcess> SpawnOnMonitor(const std::vector<std::string>& argv,
                                                           int stdin_fd);
@@ -197,6 +200,13 @@ class LocalPodRuntime final : public PodRuntime {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;
+  // Exited share-managers, their status read, not reaped yet. Reaping one can
+  // block for a long time (see ChildProcess::ExitStatus): never under mu_,
+  // which List waits for, nor on the monitor, which spawns the replacement.
+  absl::Mutex reap_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<supervisor::ChildProcess> unreaped_ ABSL_GUARDED_BY(reap_mu_);
+  bool reaper_stop_ ABSL_GUARDED_BY(reap_mu_) = false;
+  std::thread reaper_;
 };
 
 }  // namespace controller

@@ -65,6 +65,22 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
 
 ABSL_CONST_INIT absl::Mutex spawn_mu(absl::kConstInit);
 
+// The exit of an exited child; `flags`: WNOWAIT to leave it unreaped.
+absl::StatusOr<ChildExit> Wait(int pidfd, int flags) {
+  siginfo_t info{};
+  if (waitid(P_PIDFD, static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG | flags) != 0) {
+    return Errno("waitid");
+  }
+  if (info.si_pid == 0) return absl::UnavailableError("child has not exited");
+  ChildExit exit;
+  if (info.si_code == CLD_EXITED) {
+    exit.code = info.si_status;
+  } else {
+    exit.signal = info.si_status;
+  }
+  return exit;
+}
+
 // Pids spawned here and not reaped yet.
 std::set<pid_t>& OwnedPids() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ChildProcess::SpawnMutex()) {
   static std::set<pid_t> pids;
@@ -157,20 +173,13 @@ void ChildProcess::SignalGroup(int sig) const {
 }
 
 absl::StatusOr<ChildExit> ChildProcess::Reap() {
-  siginfo_t info{};
-  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) != 0) {
-    return Errno("waitid");
-  }
-  if (info.si_pid == 0) return absl::UnavailableError("child has not exited");
-  ChildExit exit;
-  if (info.si_code == CLD_EXITED) {
-    exit.code = info.si_status;
-  } else {
-    exit.signal = info.si_status;
-  }
+  auto exit = Wait(pidfd_.get(), 0);
+  if (!exit.ok()) return exit;
   Disown(pid_);
   pid_ = -1;
   return exit;
 }
+
+absl::StatusOr<ChildExit> ChildProcess::ExitStatus() const { return Wait(pidfd_.get(), WNOWAIT); }
 
 }  // namespace supervisor

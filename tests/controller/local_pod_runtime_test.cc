@@ -363,7 +363,8 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
                               .termination_grace = milliseconds(1500)});
   auto pod = runtime->Create(Spec("vol"), 1);
   REQUIRE(pod.ok());
-  reaper.Add(runtime->Pid(pod->name));
+  const pid_t share_manager = runtime->Pid(pod->name);
+  reaper.Add(share_manager);
   const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
   REQUIRE(ganesha > 0);
   reaper.Add(ganesha);
@@ -386,6 +387,9 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
       milliseconds(1000)));
   CHECK(pods[0].terminating);
   CHECK(base::ProcessAlive(ganesha, ganesha_start));
+  // The exited share-manager was reaped (off the runtime's lock), not left a zombie.
+  CHECK(
+      WaitFor([&] { return !base::ReadProcStat(share_manager).has_value(); }, milliseconds(5000)));
   CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.
   CHECK(WaitFor(
