@@ -12,15 +12,17 @@
 #   --no-baseline  skip running the selected tests on the unmutated source
 #                  first (scripts/test.sh has just run them all)
 #   --timeout S    per-test time limit, unless an entry sets its own (default 30)
-# Env: JOBS (default 2), MUTANTS_FILE (default tests/mutants/mutants.txt).
+# Env: JOBS (default 2): mutants tested at a time; MUTANTS_FILE (default
+# tests/mutants/mutants.txt); MUTANTS_SCRATCH_PARENT (default /var/tmp).
 #
-# The scratch build is configured once and reused: only the mutated file (and,
-# after it is restored, its original) recompiles. With ccache, objects come
-# from the cache (CCACHE_BASEDIR makes the scratch copy's paths match those of
-# a build made by scripts/build.sh). Tests run in their own PID and mount
-# namespaces with a private /tmp: when a run ends or times out, every process
-# it started dies with it and its mounts go; loop devices over images in that
-# /tmp are detached. The scratch dir is removed at the end, pass or fail.
+# Each of the JOBS slots has a scratch copy whose build is configured once
+# and reused: only the mutated file (and, after it is restored, its original)
+# recompiles. With ccache, objects come from the cache (CCACHE_BASEDIR makes
+# the copy's paths match those of a build made by scripts/build.sh). Tests run
+# in their own PID and mount namespaces with a private /tmp: when a run ends
+# or times out, every process it started dies with it and its mounts go; loop
+# devices over images in that /tmp are detached. The scratch dir is removed
+# at the end, pass or fail.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 list_file=${MUTANTS_FILE:-$root/tests/mutants/mutants.txt}
