@@ -382,7 +382,12 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
   std::erase_if(local.procs, [&](const Proc& p) {
     if (!Exited(p.pidfd.get())) return false;
     if (p.pid == local.pid) local.share_manager_alive = false;
-    return true;  // closing the pidfd also drops it from epoll
+    // Removed explicitly: closing this fd alone would not drop it from epoll
+    // while another fd shares its file (the child's own pidfd, kept until the
+    // reaper thread reaps it), and an exited pidfd stays readable: the monitor
+    // would spin.
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.pidfd.get(), nullptr);
+    return true;
   });
   if (local.child && !local.share_manager_alive) {
     // Its exit is known now; the reap, which can take the kernel a long
