@@ -89,7 +89,10 @@ process_start_ms() {
 # running PID: the process exists and has not exited (a zombie has).
 running() {
   local stat
-  [[ -n $1 ]] && { stat=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+  # cat, not $(<file): a process that exits during the read makes the
+  # builtin's read fail in a way that ends a `set -e` shell.
+  [[ -n $1 ]] || return 1
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   stat=${stat##*) }
   [[ ${stat%% *} != Z ]]
 }
