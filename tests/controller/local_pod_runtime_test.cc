@@ -149,7 +149,9 @@ std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
   return *std::move(runtime);
 }
 
-pid_t WaitGanesha(const std::string& state_dir) {
+// The fake ganesha's pid from `state_dir`, handed to `reaper`; the test stops
+// when it does not appear.
+pid_t WaitGanesha(const std::string& state_dir, Reaper& reaper) {
   pid_t pid = 0;
   WaitFor(
       [&] {
@@ -157,6 +159,8 @@ pid_t WaitGanesha(const std::string& state_dir) {
         return text.ok() && (pid = std::atoi(text->c_str())) > 0;
       },
       milliseconds(5000));
+  REQUIRE(pid > 0);
+  reaper.Add(pid);
   return pid;
 }
 
@@ -365,9 +369,7 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
   REQUIRE(pod.ok());
   const pid_t share_manager = runtime->Pid(pod->name);
   reaper.Add(share_manager);
-  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-  REQUIRE(ganesha > 0);
-  reaper.Add(ganesha);
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state", reaper);
   const auto ganesha_start = RequireOk(base::ReadProcStat(ganesha)).start_ticks;
   // List refreshes the pod from /proc: its ganesha, a child of the running
   // share-manager now, is one of the pod's processes from here on.
@@ -418,9 +420,7 @@ TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's terminatio
   auto pod = runtime->Create(spec, 1);
   REQUIRE(pod.ok());
   reaper.Add(runtime->Pid(pod->name));
-  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-  REQUIRE(ganesha > 0);
-  reaper.Add(ganesha);
+  WaitGanesha(dir.path() + "/vol/state", reaper);
   CHECK(runtime->TerminationGrace(pod->name) == milliseconds(5000));
   // The pod keeps it in a runtime that adopts it (from its record).
   runtime.reset();
@@ -524,9 +524,7 @@ TEST_CASE(
   auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
   REQUIRE(cmdline.ok());
   CHECK(cmdline->find(std::string("--pod-uid") + '\0' + created.uid + '\0') != std::string::npos);
-  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-  REQUIRE(ganesha > 0);
-  reaper.Add(ganesha);
+  WaitGanesha(dir.path() + "/vol/state", reaper);
 
   // Both would adopt, delete and replace the same pods: the second is refused
   // while the first holds the work dir, in this process as in another.
@@ -584,9 +582,7 @@ TEST_CASE(
   REQUIRE(pod.ok());
   const pid_t pid = first->Pid(pod->name);
   reaper.Add(pid);
-  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state");
-  REQUIRE(ganesha > 0);
-  reaper.Add(ganesha);
+  const pid_t ganesha = WaitGanesha(dir.path() + "/vol/state", reaper);
   first->ShutdownLeavingPods();  // as a share-controller that failed to start
   first.reset();
   CHECK(kill(pid, 0) == 0);
