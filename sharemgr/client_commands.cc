@@ -259,12 +259,14 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
   add("watch", "Print the status now and at every change, until the server stops", &Client::Watch)
       ->add_flag("--json", flags.json, "Print JSON, one object per line");
   auto* mount = add("mount", "(Re)export the share", &Client::Mount);
-  mount->add_option("--epoch", flags.epoch, "Fencing epoch (0: unchecked)");
+  mount->add_option("--epoch", flags.epoch,
+                    "Fencing epoch (required when the share-manager was started with one)");
   mount->add_option("--generation", flags.generation,
                     "Remount generation to handle (0: one more); an old one is a no-op");
   mount->add_flag("--json", flags.json, "Print JSON");
   auto* unmount = add("unmount", "Withdraw the export (ganesha keeps running)", &Client::Unmount);
-  unmount->add_option("--epoch", flags.epoch, "Fencing epoch (0: unchecked)");
+  unmount->add_option("--epoch", flags.epoch,
+                      "Fencing epoch (required when the share-manager was started with one)");
   unmount->add_flag("--json", flags.json, "Print JSON");
   add("probe",
       "grpc.health.v1 check; exit 0 iff SERVING (1 bad args, 2 unreachable, 3 RPC failed, "

@@ -1,6 +1,7 @@
 #include "sharemgr/daemon.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,6 +18,10 @@ using supervisor::State;
 
 // In-flight RPCs get this long to finish once stopping starts.
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
+// gRPC server bounds (see StartGrpc).
+constexpr int kMaxMessageBytes = 64 * 1024;
+constexpr int kMaxStreamsPerConnection = 128;
+constexpr int kThreadsForQuickCalls = 16;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
 
@@ -102,7 +107,7 @@ Daemon::Daemon(const DaemonConfig& config)
                sup_->Reevaluate();
                sup_->ProbeSoon();
              }),
-      service_(board_, Commands(), config.epoch),
+      service_(board_, Commands(), config.limits),
       longhorn_(service_) {
   if (config.volume) {
     volume_.emplace(*config.volume);
@@ -191,8 +196,24 @@ absl::Status Daemon::StartGrpc() {
     unlink(config_.socket.c_str());  // a stale socket from a previous run
     builder.AddListeningPort("unix:" + config_.socket, grpc::InsecureServerCredentials());
   }
+  // Requests are a few bytes; status answers a few hundred.
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+  // Every call that can last (streams, changes) is capped by the service, which
+  // refuses the excess at once; these threads are what stays for reads and
+  // health answers, so a flood of either cap never starves them.
+  grpc::ResourceQuota quota("share-manager");
+  quota.SetMaxThreads(config_.limits.max_watch_streams + config_.limits.max_changes +
+                      kThreadsForQuickCalls);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(&service_);
-  builder.RegisterService(&longhorn_);
+  if (config_.longhorn_compat) {
+    builder.RegisterService(&longhorn_);
+    spdlog::warn(
+        "--longhorn-compat: Longhorn's ShareManagerService is served; its calls carry no epoch "
+        "and are not fenced");
+  }
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config_.listen,
@@ -201,7 +222,7 @@ absl::Status Daemon::StartGrpc() {
   }
   spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config_.listen,
                config_.socket.empty() ? "" : " and unix:", config_.socket,
-               config_.ganesha.input().volume, config_.epoch);
+               config_.ganesha.input().volume, config_.limits.epoch);
   health_.emplace(
       *server_->GetHealthCheckService(), [this] { return loop_.last_tick(); },
       config_.loop_stall_limit);
@@ -286,7 +307,7 @@ int Daemon::Run() {
   board_.Update([&](v1::ShareStatus& s) {
     s.set_state(v1::STARTING);
     s.set_reason(owner_ ? "preparing the volume" : "starting ganesha");
-    s.set_epoch(config_.epoch);
+    s.set_epoch(config_.limits.epoch);
     s.set_pod_uid(config_.pod_uid);
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
     FillShare(s);

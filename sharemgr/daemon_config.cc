@@ -85,7 +85,21 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--death-window", f.death_window, "Window for --max-deaths")
       ->capture_default_str();
   app.add_option("--epoch", f.epoch,
-                 "Fencing epoch; mutating calls with another non-zero epoch are refused")
+                 "Fencing epoch; when > 0 every mutating call must carry exactly this epoch "
+                 "(0: unfenced)")
+      ->capture_default_str();
+  app.add_flag("--longhorn-compat", f.longhorn_compat,
+               "Also serve Longhorn's ShareManagerService; its calls carry no epoch and are "
+               "NOT fenced");
+  app.add_option("--max-volume-op-time", f.max_volume_op_time,
+                 "Server-side bound on a trim or resize, whatever the caller's deadline")
+      ->capture_default_str();
+  app.add_option("--max-watch-streams", f.max_watch_streams,
+                 "WatchStatus streams open at once; more are refused (RESOURCE_EXHAUSTED)")
+      ->capture_default_str();
+  app.add_option("--max-changes", f.max_changes,
+                 "Mutating calls (mount, unmount, trim, resize) in progress at once; more are "
+                 "refused (RESOURCE_EXHAUSTED)")
       ->capture_default_str();
   app.add_option("--pod-uid", f.pod_uid,
                  "Instance id reported in the status (e.g. the Kubernetes pod UID), so a "
@@ -161,6 +175,15 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     return absl::InvalidArgumentError("--max-repairs must be between 0 and 1000");
   }
   if (f.ganesha_bin.empty()) return absl::InvalidArgumentError("--ganesha-bin is empty");
+  if (f.max_watch_streams < 1 || f.max_watch_streams > 10'000) {
+    return absl::InvalidArgumentError("--max-watch-streams must be between 1 and 10000");
+  }
+  if (f.max_changes < 1 || f.max_changes > 1000) {
+    return absl::InvalidArgumentError("--max-changes must be between 1 and 1000");
+  }
+  auto max_volume_op_time =
+      FlagDuration("--max-volume-op-time", f.max_volume_op_time, Duration(1000));
+  if (!max_volume_op_time.ok()) return max_volume_op_time.status();
 
   auto ganesha = GaneshaConfig::Create({
       .volume = f.volume,
@@ -246,8 +269,12 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .state_dir = *state_dir,
       .config_path = config_path,
       .probe_host = ProbeHost(f.nfs_address),
-      .epoch = f.epoch,
       .pod_uid = f.pod_uid,
+      .longhorn_compat = f.longhorn_compat,
+      .limits = {.epoch = f.epoch,
+                 .max_volume_op_time = *max_volume_op_time,
+                 .max_watch_streams = static_cast<int>(f.max_watch_streams),
+                 .max_changes = static_cast<int>(f.max_changes)},
       .supervisor = std::move(sup),
       .volume = std::move(volume),
       .volume_probe_interval = *volume_probe,

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "sharemgr/ganesha_config.h"
+#include "sharemgr/share_service.h"
 #include "sharemgr/volume.h"
 #include "sharemgr/volume_owner.h"
 #include "supervisor/supervisor.h"
@@ -55,6 +56,12 @@ struct DaemonFlags {
   // Longhorn's spelling: --data-engine v1|v2, --mount OPT (repeatable).
   std::string data_engine = "v1";
   std::vector<std::string> longhorn_mount_options;
+  // Serve Longhorn's ShareManagerService too (it carries no epoch: unfenced).
+  bool longhorn_compat = false;
+  // What callers may make the gRPC server spend.
+  std::string max_volume_op_time = "10m";
+  int64_t max_watch_streams = 64;
+  int64_t max_changes = 8;
 };
 
 void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
@@ -66,8 +73,9 @@ struct DaemonConfig {
   std::string state_dir;
   std::string config_path;
   std::string probe_host;  // where the NULL probe connects
-  uint64_t epoch = 0;
-  std::string pod_uid;  // empty: not given
+  std::string pod_uid;     // empty: not given
+  bool longhorn_compat = false;
+  ShareServiceLimits limits;  // also carries the epoch
   supervisor::SupervisorOptions supervisor;
   std::optional<VolumeConfig> volume;
   base::Duration volume_probe_interval{1000};

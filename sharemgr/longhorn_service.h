@@ -2,7 +2,8 @@
 // same core as sharemanager.v1: Mount -> Mount (one more generation),
 // Unmount -> Unmount, FilesystemTrim -> trim (the mounted filesystem is
 // trimmed whether or not the device is encrypted), FilesystemResize -> resize.
-// Longhorn carries no epoch, so these calls are unfenced.
+// Longhorn carries no epoch, so these calls are unfenced (they pass the
+// server's own): served only with --longhorn-compat.
 #pragma once
 
 #include "longhorn/smrpc.grpc.pb.h"

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "base/files.h"
@@ -33,7 +34,7 @@ void Share::SetVolumeAvailable(bool available) {
 }
 
 void Share::CountRemount() {
-  ++generation_;
+  if (generation_ < std::numeric_limits<uint64_t>::max()) ++generation_;
   spdlog::info("volume repaired: remount generation {}", generation_);
 }
 
@@ -47,6 +48,14 @@ absl::Status Share::CheckReady() {
 }
 
 absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
+  // A generation far ahead of the handled one is no remount request a controller
+  // makes (it asks for one more than it saw acknowledged); taken, it would push
+  // every later counter towards the wrap.
+  if (generation > generation_ && generation - generation_ > kMaxGenerationStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remount generation ", generation, " is more than ", kMaxGenerationStep,
+                     " ahead of the handled ", generation_, "; refused"));
+  }
   if (generation != 0 && generation <= generation_ && exported_) {
     spdlog::info("Mount generation {} already handled (at {}); nothing to do", generation,
                  generation_);
@@ -58,7 +67,8 @@ absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
     exported_ = was_exported;
     return status;
   }
-  generation_ = generation != 0 ? std::max(generation, generation_) : generation_ + 1;
+  generation_ = generation != 0 ? std::max(generation, generation_)
+                                : std::max(generation_, generation_ + 1);  // saturates
   spdlog::info("export {} at {} (re)exported, remount generation {}", config_.input().export_dir,
                config_.pseudo_path(), generation_);
   reload_();

@@ -39,8 +39,12 @@ class Share {
   // A repair of the volume counts as one remount generation.
   void CountRemount();
 
+  // How far ahead of the handled generation a Mount may ask (a replacement
+  // share-manager starts at 0 while its controller may be at a few hundred).
+  static constexpr uint64_t kMaxGenerationStep = uint64_t{1} << 32;
   // (Re)exports. A generation at or below the handled one is a no-op; 0 asks
-  // for one more. Returns the handled generation.
+  // for one more; one more than kMaxGenerationStep ahead is refused
+  // (INVALID_ARGUMENT). Returns the handled generation.
   absl::StatusOr<uint64_t> Mount(uint64_t generation);
   // Withdraws the export; ganesha keeps running. Idempotent.
   absl::Status Unmount();

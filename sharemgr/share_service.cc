@@ -15,8 +15,6 @@ using SystemClock = std::chrono::system_clock;
 
 // No mutation may hold a handler longer than this, whatever deadline the caller sent.
 constexpr auto kMaxCommandTime = std::chrono::seconds(10);
-// Trim and resize may legitimately run long; still bounded.
-constexpr auto kMaxFilesystemOpTime = std::chrono::hours(1);
 // Streams and waiting handlers re-check for cancellation (or a closing board)
 // this often; changes wake them at once.
 constexpr auto kStreamCancelCheck = std::chrono::milliseconds(250);
@@ -54,8 +52,20 @@ void FillUptimes(ShareStatus& status) {
                                                          : 0);
 }
 
-ShareService::ShareService(StatusBoard& board, ShareCommands commands, uint64_t epoch)
-    : board_(board), commands_(std::move(commands)), epoch_(epoch) {}
+std::optional<CallSlots::Slot> CallSlots::TryTake() {
+  int free = free_.load();
+  while (free > 0) {
+    if (free_.compare_exchange_weak(free, free - 1)) return Slot(&free_);
+  }
+  return std::nullopt;
+}
+
+ShareService::ShareService(StatusBoard& board, ShareCommands commands, ShareServiceLimits limits)
+    : board_(board),
+      commands_(std::move(commands)),
+      limits_(limits),
+      mutations_(limits.max_changes),
+      watch_streams_(limits.max_watch_streams) {}
 
 void ShareService::Decorate(ShareStatus& status) const {
   FillUptimes(status);
@@ -69,10 +79,25 @@ ShareStatus ShareService::Current() const {
 }
 
 absl::Status ShareService::CheckEpoch(uint64_t requested) const {
-  if (requested == 0 || requested == epoch_) return absl::OkStatus();
+  if (requested == limits_.epoch) return absl::OkStatus();
+  if (requested == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request carries no epoch but this share-manager is fenced at epoch ",
+                     limits_.epoch, "; mutating calls must carry it"));
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("stale epoch: request carries epoch ", requested,
-                   " but this share-manager serves epoch ", epoch_));
+                   " but this share-manager serves epoch ", limits_.epoch));
+}
+
+absl::StatusOr<CallSlots::Slot> ShareService::AdmitMutation(uint64_t requested_epoch) {
+  if (auto status = CheckEpoch(requested_epoch); !status.ok()) return status;
+  auto slot = mutations_.TryTake();
+  if (!slot) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(limits_.max_changes, " changes are already in progress; retry once they end"));
+  }
+  return std::move(*slot);
 }
 
 absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
@@ -101,7 +126,8 @@ absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
 grpc::Status ShareService::Mount(grpc::ServerContext* context,
                                  const sharemanager::v1::MountRequest* request,
                                  sharemanager::v1::MountResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
+  auto admitted = AdmitMutation(request->epoch());
+  if (!admitted.ok()) return base::ToGrpcStatus(admitted.status());
   if (commands_.attach_volume) {
     if (auto attached = commands_.attach_volume(CallerDeadline(context, kMaxCommandTime));
         !attached.ok()) {
@@ -120,7 +146,8 @@ grpc::Status ShareService::Mount(grpc::ServerContext* context,
 grpc::Status ShareService::Unmount(grpc::ServerContext* context,
                                    const sharemanager::v1::UnmountRequest* request,
                                    sharemanager::v1::UnmountResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
+  auto admitted = AdmitMutation(request->epoch());
+  if (!admitted.ok()) return base::ToGrpcStatus(admitted.status());
   // A volume that cannot be released now (repairing, preparing) keeps its export.
   if (commands_.can_release_volume) {
     if (auto status = commands_.can_release_volume(); !status.ok()) {
@@ -152,6 +179,12 @@ grpc::Status ShareService::GetStatus(grpc::ServerContext*,
 grpc::Status ShareService::WatchStatus(grpc::ServerContext* context,
                                        const sharemanager::v1::WatchStatusRequest*,
                                        grpc::ServerWriter<ShareStatus>* writer) {
+  const auto slot = watch_streams_.TryTake();
+  if (!slot) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(limits_.max_watch_streams,
+                                     " status streams are already open; use GetStatus or retry"));
+  }
   ShareStatus status = Current();
   uint64_t sent = status.version();
   if (!writer->Write(status)) return grpc::Status::OK;
@@ -175,8 +208,10 @@ grpc::Status ShareService::WatchStatus(grpc::ServerContext* context,
 grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
                                           const sharemanager::v1::FilesystemTrimRequest* request,
                                           sharemanager::v1::FilesystemTrimResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
-  auto trimmed = NeedsDevice(commands_.trim, "trim", CallerDeadline(context, kMaxFilesystemOpTime));
+  auto admitted = AdmitMutation(request->epoch());
+  if (!admitted.ok()) return base::ToGrpcStatus(admitted.status());
+  auto trimmed =
+      NeedsDevice(commands_.trim, "trim", CallerDeadline(context, limits_.max_volume_op_time));
   if (!trimmed.ok()) return base::ToGrpcStatus(trimmed.status());
   response->set_bytes_trimmed(*trimmed);
   return grpc::Status::OK;
@@ -185,9 +220,10 @@ grpc::Status ShareService::FilesystemTrim(grpc::ServerContext* context,
 grpc::Status ShareService::FilesystemResize(
     grpc::ServerContext* context, const sharemanager::v1::FilesystemResizeRequest* request,
     sharemanager::v1::FilesystemResizeResponse* response) {
-  if (auto status = CheckEpoch(request->epoch()); !status.ok()) return base::ToGrpcStatus(status);
+  auto admitted = AdmitMutation(request->epoch());
+  if (!admitted.ok()) return base::ToGrpcStatus(admitted.status());
   auto resized =
-      NeedsDevice(commands_.resize, "resize", CallerDeadline(context, kMaxFilesystemOpTime));
+      NeedsDevice(commands_.resize, "resize", CallerDeadline(context, limits_.max_volume_op_time));
   if (!resized.ok()) return base::ToGrpcStatus(resized.status());
   response->set_old_size_bytes(resized->old_size_bytes);
   response->set_new_size_bytes(resized->new_size_bytes);

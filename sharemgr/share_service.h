@@ -3,10 +3,13 @@
 // loop. Reads come from the StatusBoard and never touch the loop.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
@@ -40,9 +43,48 @@ struct ShareCommands {
   std::function<absl::Status(Deadline)> release_volume;
 };
 
+// The fence every mutating call must pass, and what callers may make the
+// service spend: beyond a cap a call is refused with RESOURCE_EXHAUSTED at
+// once, so gRPC's handler threads (also the health service's) never run out.
+struct ShareServiceLimits {
+  // 0: unfenced (no --epoch given). Otherwise a mutating call must carry
+  // exactly this epoch; 0 (unset) is refused like any other.
+  uint64_t epoch = 0;
+  // A trim or resize is bounded by this whatever deadline the caller sent.
+  std::chrono::system_clock::duration max_volume_op_time = std::chrono::minutes(10);
+  int max_watch_streams = 64;
+  // Mutating calls in progress at once (each may wait for the loop or the volume).
+  int max_changes = 8;
+};
+
+// A counted resource: a slot is taken by TryTake() and given back by the
+// returned guard. Any thread.
+class CallSlots {
+ public:
+  explicit CallSlots(int capacity) : free_(capacity) {}
+  class Slot {
+   public:
+    explicit Slot(std::atomic<int>* free) : free_(free) {}
+    Slot(Slot&& other) noexcept : free_(std::exchange(other.free_, nullptr)) {}
+    Slot& operator=(Slot&&) = delete;
+    ~Slot() {
+      if (free_) free_->fetch_add(1);
+    }
+
+   private:
+    std::atomic<int>* free_;
+  };
+  std::optional<Slot> TryTake();
+
+ private:
+  std::atomic<int> free_;
+};
+
 class ShareService final : public sharemanager::v1::ShareManager::Service {
  public:
-  ShareService(StatusBoard& board, ShareCommands commands, uint64_t epoch);
+  ShareService(StatusBoard& board, ShareCommands commands, ShareServiceLimits limits);
+
+  uint64_t epoch() const { return limits_.epoch; }
 
   grpc::Status Mount(grpc::ServerContext* context, const sharemanager::v1::MountRequest* request,
                      sharemanager::v1::MountResponse* response) override;
@@ -71,9 +113,15 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   sharemanager::v1::ShareStatus Current() const;
   void Decorate(sharemanager::v1::ShareStatus& status) const;
 
+  // Takes a mutation slot and checks the epoch: the common door of every
+  // mutating call. RESOURCE_EXHAUSTED or FAILED_PRECONDITION when refused.
+  absl::StatusOr<CallSlots::Slot> AdmitMutation(uint64_t requested_epoch);
+
   StatusBoard& board_;
   ShareCommands commands_;
-  uint64_t epoch_;
+  const ShareServiceLimits limits_;
+  CallSlots mutations_;
+  CallSlots watch_streams_;
 };
 
 // Fills the derived fields (uptimes) of a status at the time it is sent.

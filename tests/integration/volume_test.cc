@@ -509,14 +509,15 @@ TEST_CASE(
       std::filesystem::remove("/export", ec);
     }
   } cleanup{device_link, export_dir};
-  // As longhorn-manager starts it: no --device, no --export-dir (ports moved
-  // off 9600/2049 so tests can run beside a real share). Declared after the
-  // cleanup: stopped, and its mount gone, before the directories go.
-  auto d = DaemonProcess::Start(
-      {.volume = volume,
-       .extra_flags = {"--data-engine", "v1", "--fs", "xfs", "--mount", "noatime"},
-       .default_export_dir = true,
-       .global_flags = {"--debug"}});
+  // As longhorn-manager starts it (plus --longhorn-compat): no --device, no
+  // --export-dir (ports moved off 9600/2049 so tests can run beside a real
+  // share). Declared after the cleanup: stopped, and its mount gone, before
+  // the directories go.
+  auto d = DaemonProcess::Start({.volume = volume,
+                                 .extra_flags = {"--longhorn-compat", "--data-engine", "v1", "--fs",
+                                                 "xfs", "--mount", "noatime"},
+                                 .default_export_dir = true,
+                                 .global_flags = {"--debug"}});
   REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   const auto status = RequireOk((*d)->Status());
   CHECK(status.device() == device_link);

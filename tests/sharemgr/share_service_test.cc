@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+
 namespace sharemgr {
 namespace {
 
@@ -22,7 +24,7 @@ struct FakeLoop {
 
 }  // namespace
 
-TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
+TEST_CASE("a fenced share-manager refuses mutations carrying another epoch or none") {
   StatusBoard board;
   FakeLoop loop;
   std::atomic<int> unmounts{0};
@@ -35,7 +37,7 @@ TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
                           ++unmounts;
                           return absl::OkStatus();
                         }},
-      3);
+      ShareServiceLimits{.epoch = 3});
   grpc::ServerContext context;
   v1::MountRequest request;
   v1::MountResponse response;
@@ -46,8 +48,9 @@ TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   request.set_epoch(3);
   CHECK(service.Mount(&context, &request, &response).ok());
   CHECK(response.handled_generation() == 5);
-  request.set_epoch(0);
-  CHECK(service.Mount(&context, &request, &response).ok());
+  request.set_epoch(0);  // "unset" is not a way around the fence
+  CHECK(service.Mount(&context, &request, &response).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
   request.set_epoch(4);  // a newer epoch is not this server's either
   CHECK(service.Mount(&context, &request, &response).error_code() ==
         grpc::StatusCode::FAILED_PRECONDITION);
@@ -58,6 +61,10 @@ TEST_CASE("mutations carrying another epoch are refused, 0 is unchecked") {
   CHECK(service.Unmount(&context, &unmount, &unmounted).error_code() ==
         grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(unmounts == 0);  // refused before anything was withdrawn
+  unmount.set_epoch(0);
+  CHECK(service.Unmount(&context, &unmount, &unmounted).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(unmounts == 0);
   unmount.set_epoch(3);
   CHECK(service.Unmount(&context, &unmount, &unmounted).ok());
   CHECK(unmounts == 1);
@@ -75,18 +82,18 @@ TEST_CASE("volume operations get a capped deadline, and their refusal verbatim")
                       if (seen.size() == 1) return 4096;
                       return absl::UnavailableError("trim refused: repairing the filesystem");
                     }},
-      0);
+      ShareServiceLimits{.max_volume_op_time = std::chrono::minutes(10)});
   v1::FilesystemTrimRequest request;
   v1::FilesystemTrimResponse response;
   {
-    grpc::ServerContext context;  // no deadline: capped at an hour
+    grpc::ServerContext context;  // no deadline: capped by max_volume_op_time
     CHECK(service.FilesystemTrim(&context, &request, &response).ok());
     CHECK(response.bytes_trimmed() == 4096);
   }
   const auto now = std::chrono::system_clock::now();
   REQUIRE(seen.size() == 1);
-  CHECK(seen[0] <= now + std::chrono::hours(1));
-  CHECK(seen[0] > now + std::chrono::minutes(59));
+  CHECK(seen[0] <= now + std::chrono::minutes(10));
+  CHECK(seen[0] > now + std::chrono::minutes(9));
   {
     grpc::ServerContext context;
     const auto refused = service.FilesystemTrim(&context, &request, &response);
@@ -98,13 +105,69 @@ TEST_CASE("volume operations get a capped deadline, and their refusal verbatim")
 
 TEST_CASE("without a block device, trim and resize say so") {
   StatusBoard board;
-  ShareService service(board, ShareCommands{}, 0);
+  ShareService service(board, ShareCommands{}, ShareServiceLimits{});
   grpc::ServerContext context;
   v1::FilesystemResizeRequest request;
   v1::FilesystemResizeResponse response;
   const auto status = service.FilesystemResize(&context, &request, &response);
   CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
   CHECK(status.error_message().find("--device") != std::string::npos);
+}
+
+TEST_CASE("an unfenced share-manager takes epoch 0 and refuses a call meant for an epoch") {
+  StatusBoard board;
+  FakeLoop loop;
+  ShareService service(
+      board,
+      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
+                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; }},
+      ShareServiceLimits{});
+  grpc::ServerContext context;
+  v1::MountRequest request;
+  v1::MountResponse response;
+  request.set_generation(1);
+  CHECK(service.Mount(&context, &request, &response).ok());
+  request.set_epoch(2);  // a controller fencing at 2 did not start this server
+  CHECK(service.Mount(&context, &request, &response).error_code() ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_CASE("mutations beyond the cap are refused with RESOURCE_EXHAUSTED, the slot comes back") {
+  StatusBoard board;
+  FakeLoop loop;
+  absl::Mutex mu;
+  bool release = false;
+  std::atomic<int> running{0};
+  ShareService service(
+      board,
+      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
+                    .mount = [&](uint64_t g) -> absl::StatusOr<uint64_t> {
+                      ++running;
+                      absl::MutexLock lock(&mu);
+                      mu.Await(absl::Condition(&release));
+                      return g;
+                    }},
+      ShareServiceLimits{.max_changes = 2});
+  auto mount = [&service](uint64_t generation) {
+    grpc::ServerContext context;
+    v1::MountRequest request;
+    v1::MountResponse response;
+    request.set_generation(generation);
+    return service.Mount(&context, &request, &response).error_code();
+  };
+  std::vector<std::thread> holders;
+  std::vector<grpc::StatusCode> held(2);
+  for (size_t i = 0; i < 2; ++i) holders.emplace_back([&, i] { held[i] = mount(i + 1); });
+  while (running.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(mount(3) == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  for (auto& t : holders) t.join();
+  CHECK(held[0] == grpc::StatusCode::OK);
+  CHECK(held[1] == grpc::StatusCode::OK);
+  CHECK(mount(4) == grpc::StatusCode::OK);  // both slots were given back
 }
 
 }  // namespace sharemgr

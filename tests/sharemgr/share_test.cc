@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <optional>
 
 #include "base/files.h"
@@ -65,6 +66,18 @@ TEST_CASE(
   CHECK(*f.share->Mount(2) == 2);  // handled, but withdrawn since: exported again
   CHECK(f.Exported());
   CHECK(f.reloads == 3);
+}
+
+TEST_CASE("Mount refuses a generation more than the allowed step ahead, before touching anything") {
+  Fixture f;
+  REQUIRE(f.share->Mount(5).ok());
+  const auto far = f.share->Mount(5 + Share::kMaxGenerationStep + 1);
+  CHECK(far.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(f.reloads == 1);  // refused before anything was rewritten
+  const auto farthest = f.share->Mount(std::numeric_limits<uint64_t>::max());
+  CHECK(farthest.status().code() == absl::StatusCode::kInvalidArgument);
+  // The largest step allowed is taken; the handled generation is what it says.
+  CHECK(*f.share->Mount(5 + Share::kMaxGenerationStep) == 5 + Share::kMaxGenerationStep);
 }
 
 }  // namespace sharemgr

@@ -1,0 +1,208 @@
+// What a caller can make a real share-manager do, over real gRPC on 127.0.0.1:
+// the caps on streams and message sizes refuse the excess with
+// RESOURCE_EXHAUSTED while health and reads keep answering, and Longhorn's
+// unfenced service exists only when asked for.
+#include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "longhorn/smrpc.grpc.pb.h"
+#include "tests/support/daemon_process.h"
+#include "tests/support/require_ok.h"
+
+namespace {
+
+namespace v1 = sharemanager::v1;
+using std::chrono::milliseconds;
+using testing_support::DaemonProcess;
+using testing_support::RequireOk;
+
+std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> flags = {}) {
+  auto d = DaemonProcess::Start({.extra_flags = std::move(flags)});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  return std::move(*d);
+}
+
+std::chrono::system_clock::time_point In(milliseconds ms) {
+  return std::chrono::system_clock::now() + ms;
+}
+
+// Many WatchStatus streams opened at once over a few connections (HTTP/2
+// limits the streams of one connection) with the async API: no thread per
+// stream on this side. Each ends either with its first status (accepted, then
+// left idle) or with the server's refusal.
+class StreamFlood {
+ public:
+  StreamFlood(const std::string& addr, size_t streams, int connections) : calls_(streams) {
+    for (int c = 0; c < connections; ++c) {
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", c);  // distinct connections, not one shared subchannel
+      stubs_.push_back(v1::ShareManager::NewStub(
+          grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args)));
+    }
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      Call& call = calls_[i];
+      call.reader = stubs_[i % stubs_.size()]->PrepareAsyncWatchStatus(
+          &call.context, v1::WatchStatusRequest(), &queue_);
+      call.reader->StartCall(Tag(i, kStarted));
+    }
+  }
+
+  ~StreamFlood() {
+    for (auto& call : calls_) call.context.TryCancel();
+    // Every operation still in flight comes back (cancelled) before the queue
+    // and the calls it points into go away.
+    while (outstanding_ > 0) Step(In(milliseconds(10'000)));
+    queue_.Shutdown();
+    void* tag;
+    bool ok;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  // Runs until every stream has either its first status or its final status.
+  // False when that takes longer than `timeout`.
+  bool Settle(milliseconds timeout) {
+    const auto deadline = In(timeout);
+    while (accepted_ + refused_.size() < calls_.size()) {
+      if (!Step(deadline)) return false;
+    }
+    return true;
+  }
+
+  size_t accepted() const { return accepted_; }
+  const std::vector<grpc::Status>& refused() const { return refused_; }
+
+ private:
+  enum Phase : uintptr_t { kStarted, kFirstRead, kFinished, kPhases };
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::ShareStatus>> reader;
+    v1::ShareStatus first;
+    grpc::Status status;
+  };
+
+  void* Tag(size_t call, Phase phase) {
+    ++outstanding_;
+    return reinterpret_cast<void*>(call * kPhases + phase);
+  }
+
+  bool Step(std::chrono::system_clock::time_point deadline) {
+    void* tag;
+    bool ok;
+    if (queue_.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) return false;
+    --outstanding_;
+    const auto value = reinterpret_cast<uintptr_t>(tag);
+    Call& call = calls_[value / kPhases];
+    switch (static_cast<Phase>(value % kPhases)) {
+      case kStarted:
+        call.reader->Read(&call.first, Tag(value / kPhases, kFirstRead));
+        break;
+      case kFirstRead:
+        if (ok) {
+          ++accepted_;  // then left idle, open until the destructor cancels it
+        } else {
+          call.reader->Finish(&call.status, Tag(value / kPhases, kFinished));
+        }
+        break;
+      case kFinished:
+        refused_.push_back(call.status);
+        break;
+      case kPhases:
+        break;
+    }
+    return true;
+  }
+
+  grpc::CompletionQueue queue_;
+  std::vector<std::unique_ptr<v1::ShareManager::Stub>> stubs_;
+  std::vector<Call> calls_;
+  size_t outstanding_ = 0;
+  size_t accepted_ = 0;
+  std::vector<grpc::Status> refused_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "1,000 WatchStatus streams: the cap's worth stay open, the rest are refused "
+    "RESOURCE_EXHAUSTED, health and GetStatus answer throughout") {
+  auto d = StartDaemon({"--max-watch-streams", "64"});
+  StreamFlood flood(d->addr(), 1000, 10);
+  REQUIRE(flood.Settle(milliseconds(30'000)));
+  CHECK(flood.accepted() >= 1);
+  CHECK(flood.accepted() <= 64);
+  CHECK(flood.accepted() + flood.refused().size() == 1000);
+  for (const auto& status : flood.refused()) {
+    CHECK_MESSAGE(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  status.error_message());
+  }
+  // With the accepted streams still open: health and reads within their deadlines.
+  CHECK(RequireOk(d->HealthServing("readiness", milliseconds(2000))));
+  CHECK(RequireOk(d->HealthServing("liveness", milliseconds(2000))));
+  CHECK(RequireOk(d->Status(milliseconds(2000))).state() == v1::SERVING);
+  // A change still goes through: the streams do not take the changes' slots.
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(10'000)));
+  v1::MountRequest mount;
+  v1::MountResponse mounted;
+  const auto status = d->Stub()->Mount(&context, mount, &mounted);
+  CHECK_MESSAGE(status.ok(), status.error_message());
+  CHECK(d->WriteEventually("/after-flood.txt", "still serving").ok());
+}
+
+TEST_CASE("a request larger than the message cap is refused, the share-manager serves on") {
+  auto d = StartDaemon();
+  v1::GetStatusRequest request;
+  // An unknown field: the server must read it all before it can parse anything.
+  request.GetReflection()->MutableUnknownFields(&request)->AddLengthDelimited(
+      1000, std::string(200 * 1024, 'x'));
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(5000)));
+  v1::ShareStatus response;
+  const auto status = d->Stub()->GetStatus(&context, request, &response);
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(RequireOk(d->Status()).state() == v1::SERVING);
+}
+
+TEST_CASE("Longhorn's unfenced ShareManagerService is served only with --longhorn-compat") {
+  auto plain = StartDaemon({"--epoch", "3"});
+  auto longhorn = ShareManagerService::NewStub(
+      grpc::CreateChannel(plain->addr(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(milliseconds(5000)));
+    google::protobuf::Empty response;
+    const auto status = longhorn->Unmount(&context, google::protobuf::Empty(), &response);
+    CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+  }
+  CHECK(RequireOk(plain->Status()).exported());  // nothing was withdrawn
+
+  // With the flag, its calls act on a fenced share-manager without an epoch.
+  auto compat = StartDaemon({"--epoch", "3", "--longhorn-compat"});
+  longhorn = ShareManagerService::NewStub(
+      grpc::CreateChannel(compat->addr(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(10'000)));
+  google::protobuf::Empty response;
+  const auto status = longhorn->Unmount(&context, google::protobuf::Empty(), &response);
+  CHECK_MESSAGE(status.ok(), status.error_message());
+  CHECK_FALSE(RequireOk(compat->Status()).exported());
+}
+
+TEST_CASE("a fenced share-manager refuses a change that carries no epoch, with nothing changed") {
+  auto d = StartDaemon({"--epoch", "5"});
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(5000)));
+  v1::UnmountRequest unmount;  // epoch 0: unset
+  v1::UnmountResponse response;
+  const auto status = d->Stub()->Unmount(&context, unmount, &response);
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(status.error_message().find("fenced at epoch 5") != std::string::npos);
+  CHECK(RequireOk(d->Status()).exported());
+  CHECK(d->WriteEventually("/still.txt", "exported").ok());
+}
