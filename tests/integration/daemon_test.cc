@@ -417,10 +417,10 @@ TEST_CASE(
   REQUIRE_MESSAGE(kept.ok(), kept.status().ToString());
   CHECK(*kept == "kept");
 
-  auto [again, same] = mount(0, 3);  // already handled: a no-op
+  auto [again, same] = mount(7, 3);  // already handled: a no-op
   REQUIRE(again.ok());
   CHECK(same.handled_generation() == 3);
-  auto [more, next] = mount(0, 0);  // "one more"
+  auto [more, next] = mount(7, 0);  // "one more"
   REQUIRE(more.ok());
   CHECK(next.handled_generation() == 4);
   CHECK(RequireOk(d->Status()).remount_generation() == 4);
