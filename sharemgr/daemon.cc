@@ -4,11 +4,13 @@
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "sharemgr/exit_codes.h"
+#include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
 namespace {
@@ -193,7 +195,7 @@ absl::Status Daemon::StartGrpc() {
   int port = 0;
   builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
   if (!config_.socket.empty()) {
-    unlink(config_.socket.c_str());  // a stale socket from a previous run
+    if (auto status = PrepareSocketPath(config_.socket); !status.ok()) return status;
     builder.AddListeningPort("unix:" + config_.socket, grpc::InsecureServerCredentials());
   }
   // Requests are a few bytes; status answers a few hundred.
@@ -214,11 +216,26 @@ absl::Status Daemon::StartGrpc() {
         "--longhorn-compat: Longhorn's ShareManagerService is served; its calls carry no epoch "
         "and are not fenced");
   }
-  server_ = builder.BuildAndStart();
+  {
+    // The socket is born owner-only: no moment where others may connect before
+    // RestrictSocket. (umask is per process; anything else created meanwhile
+    // just starts out stricter.)
+    const mode_t old_umask = umask(0177);
+    server_ = builder.BuildAndStart();
+    umask(old_umask);
+  }
   if (!server_ || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config_.listen,
                                                config_.socket.empty() ? "" : " and unix:",
                                                config_.socket, " (address in use or not local?)"));
+  }
+  if (!config_.socket.empty()) {
+    if (auto status = RestrictSocket(config_.socket, config_.socket_group); !status.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      unlink(config_.socket.c_str());
+      return status;
+    }
   }
   spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config_.listen,
                config_.socket.empty() ? "" : " and unix:", config_.socket,

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/validate.h"
+#include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
 namespace {
@@ -57,7 +58,11 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->capture_default_str();
   app.add_option("--nfs-port", f.nfs_port, "NFS port")->capture_default_str();
   app.add_option("--listen", f.listen, "gRPC listen address HOST:PORT")->capture_default_str();
-  app.add_option("--socket", f.socket, "Also serve gRPC on this unix socket path");
+  app.add_option("--socket", f.socket,
+                 "Also serve gRPC on this unix socket path (mode 0600; its directory must not "
+                 "be world-writable)");
+  app.add_option("--socket-group", f.socket_group,
+                 "Group (name or gid) that may also use --socket (mode 0660)");
   app.add_option("--state-dir", f.state_dir,
                  "ganesha.conf, log, pid file and NFS recovery state "
                  "(default /var/lib/share-manager/<volume>; keep it across restarts)");
@@ -165,6 +170,13 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     if (!normal.ok()) return normal.status();
     socket = *normal;
   }
+  std::optional<gid_t> socket_group;
+  if (!f.socket_group.empty()) {
+    if (socket.empty()) return absl::InvalidArgumentError("--socket-group needs --socket");
+    auto gid = ResolveSocketGroup(f.socket_group);
+    if (!gid.ok()) return gid.status();
+    socket_group = *gid;
+  }
   if (f.probe_failures < 1 || f.probe_failures > 100) {
     return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");
   }
@@ -266,6 +278,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .ganesha = *std::move(ganesha),
       .listen = f.listen,
       .socket = socket,
+      .socket_group = socket_group,
       .state_dir = *state_dir,
       .config_path = config_path,
       .probe_host = ProbeHost(f.nfs_address),

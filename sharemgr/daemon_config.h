@@ -28,6 +28,7 @@ struct DaemonFlags {
   int64_t nfs_port = 2049;
   std::string listen = "0.0.0.0:9600";
   std::string socket;
+  std::string socket_group;
   std::string state_dir;
   int64_t grace_period = 90;
   int64_t lease_lifetime = 60;
@@ -69,7 +70,8 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
 struct DaemonConfig {
   GaneshaConfig ganesha;
   std::string listen;
-  std::string socket;  // unix socket path, or empty
+  std::string socket;                 // unix socket path, or empty
+  std::optional<gid_t> socket_group;  // the socket is 0660 with it, else 0600
   std::string state_dir;
   std::string config_path;
   std::string probe_host;  // where the NULL probe connects

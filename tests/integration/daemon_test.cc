@@ -488,7 +488,8 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
 }
 
 TEST_CASE("health Watch and the watch command push changes, a unix socket serves the same API") {
-  const std::string socket = "/tmp/sharemgr-test-" + std::to_string(getpid()) + ".sock";
+  const testing_support::TempDir socket_dir;  // private: the daemon refuses a world-writable one
+  const std::string socket = socket_dir.path() + "/sm.sock";
   auto d = StartDaemon({.extra_flags = {"--socket", socket}});
   const auto over_socket = RunCommand({ShareManagerBinary(), "status", "--addr", socket});
   CHECK(over_socket.exit_code == 0);

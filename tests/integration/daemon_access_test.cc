@@ -1,11 +1,14 @@
-// What a caller can make a real share-manager do, over real gRPC on 127.0.0.1:
-// the caps on streams and message sizes refuse the excess with
-// RESOURCE_EXHAUSTED while health and reads keep answering, and Longhorn's
-// unfenced service exists only when asked for.
+// Who may call a real share-manager and what a caller can make it spend, over
+// real gRPC on 127.0.0.1 and a real unix socket: the caps on streams and
+// message sizes refuse the excess with RESOURCE_EXHAUSTED while health and
+// reads keep answering, the fence holds, Longhorn's unfenced service exists
+// only when asked for, and the socket is its owner's.
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "longhorn/smrpc.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -20,6 +24,8 @@ namespace v1 = sharemanager::v1;
 using std::chrono::milliseconds;
 using testing_support::DaemonProcess;
 using testing_support::RequireOk;
+using testing_support::RunCommand;
+using testing_support::ShareManagerBinary;
 
 std::unique_ptr<DaemonProcess> StartDaemon(std::vector<std::string> flags = {}) {
   auto d = DaemonProcess::Start({.extra_flags = std::move(flags)});
@@ -205,4 +211,33 @@ TEST_CASE("a fenced share-manager refuses a change that carries no epoch, with n
   CHECK(status.error_message().find("fenced at epoch 5") != std::string::npos);
   CHECK(RequireOk(d->Status()).exported());
   CHECK(d->WriteEventually("/still.txt", "exported").ok());
+}
+
+TEST_CASE("the unix socket is created 0600, or 0660 with --socket-group, and serves the API") {
+  const testing_support::TempDir dir;  // 0700, like /run/share-manager
+  const std::string socket = dir.path() + "/sm.sock";
+  {
+    auto d = StartDaemon({"--socket", socket});
+    struct stat st {};
+    REQUIRE(stat(socket.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    const auto status = RunCommand({ShareManagerBinary(), "status", "--addr", socket});
+    CHECK_MESSAGE(status.exit_code == 0, status.output);
+  }
+  auto d = StartDaemon({"--socket", socket, "--socket-group", "adm"});
+  struct stat st {};
+  REQUIRE(stat(socket.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0660);
+  CHECK(st.st_gid == 4);
+}
+
+TEST_CASE("a unix socket in a world-writable directory is refused: exit 4, nothing served") {
+  const testing_support::TempDir dir;
+  REQUIRE(chmod(dir.path().c_str(), 01777) == 0);
+  auto d = DaemonProcess::Start(
+      {.extra_flags = {"--socket", dir.path() + "/sm.sock"}, .wait_until_serving = false});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  CHECK(RequireOk((*d)->WaitExit(milliseconds(10'000))) == 4);
+  CHECK((*d)->output().find("world-writable") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/sm.sock"));
 }
