@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -135,6 +136,49 @@ absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address
   }
   return absl::InvalidArgumentError(
       absl::StrCat(flag, " '", Printable(address), "' is not an IPv4 or IPv6 address"));
+}
+
+namespace {
+
+bool IsHostName(absl::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  // "10.0.0.300" is a mistyped address, not a name: a top label is never all digits.
+  const absl::string_view top = name.substr(name.rfind('.') + 1);
+  if (top.find_first_not_of("0123456789") == absl::string_view::npos) return false;
+  for (absl::string_view label : absl::StrSplit(name, '.')) {
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char ch : label) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-') return false;
+    }
+  }
+  return true;
+}
+
+bool IsNetwork(absl::string_view text) {
+  const size_t slash = text.find('/');
+  if (slash == absl::string_view::npos) return false;
+  const std::string address(text.substr(0, slash));
+  int prefix = 0;
+  if (!absl::SimpleAtoi(text.substr(slash + 1), &prefix) ||
+      text.substr(slash + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
+    return false;
+  }
+  in6_addr buf{};
+  if (inet_pton(AF_INET, address.c_str(), &buf) == 1) return prefix >= 0 && prefix <= 32;
+  if (inet_pton(AF_INET6, address.c_str(), &buf) == 1) return prefix >= 0 && prefix <= 128;
+  return false;
+}
+
+}  // namespace
+
+absl::Status ValidateNfsClient(absl::string_view flag, absl::string_view client) {
+  if (ValidateIpAddress(flag, client).ok() || IsNetwork(client) || IsHostName(client)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " '", Printable(client), "' is not an IP address, a CIDR network or a host name"));
 }
 
 absl::Status ValidatePort(absl::string_view flag, int64_t port) {

@@ -37,6 +37,11 @@ absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address
 
 absl::Status ValidatePort(absl::string_view flag, int64_t port);
 
+// An NFS client as ganesha's CLIENT block takes it: an IPv4 or IPv6 address,
+// a network in CIDR form (10.0.0.0/8, fd00::/64) or a host name (DNS-1123
+// subdomain). Nothing else: no wildcards, lists or netgroups.
+absl::Status ValidateNfsClient(absl::string_view flag, absl::string_view client);
+
 // A non-empty option value with no control characters and none of `forbidden`
 // (e.g. "," for a mount option, which libmount would split).
 absl::Status ValidateOption(absl::string_view flag, absl::string_view value,

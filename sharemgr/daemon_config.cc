@@ -109,6 +109,16 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--pod-uid", f.pod_uid,
                  "Instance id reported in the status (e.g. the Kubernetes pod UID), so a "
                  "controller can tell this share-manager from another on the same address");
+  app.add_option("--nfs-clients", f.nfs_clients,
+                 "Who may use the export: an IP address, a CIDR network or a host name "
+                 "(repeatable; default: every client)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--squash", f.squash,
+                 "Map root (root), every user (all) or nobody (none) to --anon-uid/--anon-gid")
+      ->check(CLI::IsMember({"none", "root", "all"}))
+      ->capture_default_str();
+  app.add_option("--anon-uid", f.anon_uid, "uid squashed callers get")->capture_default_str();
+  app.add_option("--anon-gid", f.anon_gid, "gid squashed callers get")->capture_default_str();
   app.add_option("--ganesha-bin", f.ganesha_bin, "ganesha executable")->capture_default_str();
   app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
       ->capture_default_str();
@@ -206,6 +216,13 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .lease_seconds = f.lease_lifetime,
       .recovery_root = absl::StrCat(*state_dir, "/recovery"),
       .plugins_dir = f.plugins_dir,
+      .clients = f.nfs_clients,
+      .probe_client = ProbeHost(f.nfs_address),
+      .squash = f.squash == "root"  ? Squash::kRoot
+                : f.squash == "all" ? Squash::kAll
+                                    : Squash::kNone,
+      .anon_uid = f.anon_uid,
+      .anon_gid = f.anon_gid,
   });
   if (!ganesha.ok()) return ganesha.status();
 

@@ -41,6 +41,10 @@ struct DaemonFlags {
   std::string death_window = "10m";
   uint64_t epoch = 0;
   std::string pod_uid;
+  std::vector<std::string> nfs_clients;
+  std::string squash = "none";
+  int64_t anon_uid = 65534;
+  int64_t anon_gid = 65534;
   std::string ganesha_bin = "ganesha.nfsd";
   std::string plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha";
   // Block-device volume (optional; without it the export directory is served as is).

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/validate.h"
 
 namespace sharemgr {
@@ -18,8 +22,41 @@ absl::StatusOr<GaneshaConfig> GaneshaConfig::Create(GaneshaConfigInput input) {
        }) {
     if (!status.ok()) return status;
   }
+  for (const auto& client : input.clients) {
+    if (auto status = base::ValidateNfsClient("--nfs-clients", client); !status.ok()) {
+      return status;
+    }
+  }
+  if (!input.clients.empty()) {
+    if (auto status = base::ValidateIpAddress("probe address", input.probe_client); !status.ok()) {
+      return status;
+    }
+  }
+  for (const auto& [flag, id] :
+       {std::pair{"--anon-uid", input.anon_uid}, std::pair{"--anon-gid", input.anon_gid}}) {
+    if (id < 0 || id > 4'294'967'294) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", id, " is not an id (0-4294967294)"));
+    }
+  }
   return GaneshaConfig(std::move(input));
 }
+
+namespace {
+
+const char* SquashName(Squash squash) {
+  switch (squash) {
+    case Squash::kRoot:
+      return "Root_Squash";
+    case Squash::kAll:
+      return "All_Squash";
+    case Squash::kNone:
+      break;
+  }
+  return "No_Root_Squash";
+}
+
+}  // namespace
 
 std::string GaneshaConfig::Render(bool with_export) const {
   std::string out = fmt::format(
@@ -55,23 +92,44 @@ LOG {{
       fmt::arg("bind", input_.bind_address), fmt::arg("plugins", input_.plugins_dir),
       fmt::arg("grace", input_.grace_seconds), fmt::arg("lease", input_.lease_seconds),
       fmt::arg("recovery", input_.recovery_root));
-  if (with_export) {
-    out += fmt::format(R"(EXPORT {{
+  if (!with_export) return out;
+  // With a client list, the export itself grants nothing: only the CLIENT
+  // blocks do (the first that matches a caller wins).
+  std::string clients;
+  if (!input_.clients.empty()) {
+    clients = fmt::format(R"(  CLIENT {{
+    Clients = {list};
+    Access_Type = RW;
+  }}
+  CLIENT {{
+    Clients = {probe};
+    Access_Type = RO;
+  }}
+)",
+                          fmt::arg("list", absl::StrJoin(input_.clients, ", ")),
+                          fmt::arg("probe", input_.probe_client));
+  }
+  out += fmt::format(R"(EXPORT {{
   Export_Id = 1;
   Path = "{path}";
   Pseudo = "{pseudo}";
-  Access_Type = RW;
-  Squash = No_Root_Squash;
+  Access_Type = {access};
+  Squash = {squash};
+  Anonymous_Uid = {anon_uid};
+  Anonymous_Gid = {anon_gid};
   SecType = sys;
   Protocols = 4;
   Transports = TCP;
   FSAL {{
     Name = VFS;
   }}
-}}
+{clients}}}
 )",
-                       fmt::arg("path", input_.export_dir), fmt::arg("pseudo", pseudo_path()));
-  }
+                     fmt::arg("path", input_.export_dir), fmt::arg("pseudo", pseudo_path()),
+                     fmt::arg("access", input_.clients.empty() ? "RW" : "None"),
+                     fmt::arg("squash", SquashName(input_.squash)),
+                     fmt::arg("anon_uid", input_.anon_uid), fmt::arg("anon_gid", input_.anon_gid),
+                     fmt::arg("clients", clients));
   return out;
 }
 

@@ -4,10 +4,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace sharemgr {
+
+// Which callers' identities the export maps to the anonymous uid/gid.
+enum class Squash { kNone, kRoot, kAll };
 
 struct GaneshaConfigInput {
   std::string volume;
@@ -18,6 +22,15 @@ struct GaneshaConfigInput {
   int64_t lease_seconds = 0;
   std::string recovery_root;
   std::string plugins_dir;
+  // Who may use the export (addresses, CIDR networks, host names); empty:
+  // every client. When set, `probe_client` (share-manager's own export
+  // probe connects from there) is allowed read-only besides.
+  std::vector<std::string> clients;
+  std::string probe_client;
+  // No_Root_Squash by default, as Longhorn's share-manager exports.
+  Squash squash = Squash::kNone;
+  int64_t anon_uid = 65534;
+  int64_t anon_gid = 65534;
 };
 
 class GaneshaConfig {

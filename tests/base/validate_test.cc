@@ -88,4 +88,19 @@ TEST_CASE("addresses, ports, grace and lease") {
   CHECK_FALSE(base::ValidateGraceAndLease(4000, 60).ok());
 }
 
+TEST_CASE(
+    "NFS clients are addresses, CIDR networks or host names, nothing that could break the config") {
+  for (const char* good : {"10.0.0.7", "fd00::1", "10.42.0.0/16", "0.0.0.0/0", "fd00::/64",
+                           "node-1", "node-1.cluster.local"}) {
+    CHECK_MESSAGE(base::ValidateNfsClient("--nfs-clients", good).ok(), good);
+  }
+  for (const char* bad : {"", "*", "10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x",
+                          "10.0.0.300", "a,b", "a b", "host;", "@netgroup", "-node", "node-",
+                          "a..b", "\"quoted\"", "x}\nEXPORT{", "10.0.0.0/+8"}) {
+    const auto status = base::ValidateNfsClient("--nfs-clients", bad);
+    CHECK_MESSAGE(status.code() == absl::StatusCode::kInvalidArgument, bad);
+    CHECK(std::string(status.message()).find("--nfs-clients") != std::string::npos);
+  }
+}
+
 }  // namespace base

@@ -77,6 +77,14 @@ TEST_CASE("Create refuses every unsafe input, so nothing unchecked reaches the f
        "--state-dir"},
       {"plugins relative", [](GaneshaConfigInput& i) { i.plugins_dir = "lib"; },
        "--ganesha-plugins-dir"},
+      {"client list smuggled in one value",
+       [](GaneshaConfigInput& i) { i.clients = {"10.0.0.1, *"}; }, "--nfs-clients"},
+      {"client closes the block",
+       [](GaneshaConfigInput& i) { i.clients = {"10.0.0.1; Access_Type = RW; }"}; },
+       "--nfs-clients"},
+      {"anon uid negative", [](GaneshaConfigInput& i) { i.anon_uid = -1; }, "--anon-uid"},
+      {"anon gid beyond 32 bits", [](GaneshaConfigInput& i) { i.anon_gid = 1LL << 32; },
+       "--anon-gid"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -87,6 +95,36 @@ TEST_CASE("Create refuses every unsafe input, so nothing unchecked reaches the f
     CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(config.status().message()).find(c.flag) != std::string::npos);
   }
+}
+
+TEST_CASE("the export is open to every client, root not squashed, unless told otherwise") {
+  const std::string text = GaneshaConfig::Create(GoodInput())->Render(true);
+  CHECK(Contains(text, "Access_Type = RW;"));
+  CHECK(Contains(text, "Squash = No_Root_Squash;"));
+  CHECK_FALSE(Contains(text, "CLIENT"));
+}
+
+TEST_CASE("a client list grants access only through CLIENT blocks, the probe read-only") {
+  auto input = GoodInput();
+  input.clients = {"10.42.0.0/16", "node-1"};
+  input.probe_client = "127.0.0.1";
+  input.squash = Squash::kRoot;
+  input.anon_uid = 1000;
+  input.anon_gid = 1001;
+  const auto config = GaneshaConfig::Create(input);
+  REQUIRE(config.ok());
+  const std::string text = config->Render(true);
+  CHECK(Contains(text, "  Access_Type = None;\n"));
+  CHECK(Contains(text, "    Clients = 10.42.0.0/16, node-1;\n    Access_Type = RW;"));
+  CHECK(Contains(text, "    Clients = 127.0.0.1;\n    Access_Type = RO;"));
+  CHECK(Contains(text, "Squash = Root_Squash;"));
+  CHECK(Contains(text, "Anonymous_Uid = 1000;"));
+  CHECK(Contains(text, "Anonymous_Gid = 1001;"));
+  // The blocks sit inside the EXPORT block: ganesha ignores a CLIENT anywhere else.
+  CHECK(text.find("CLIENT") > text.find("EXPORT {"));
+  CHECK(text.rfind("}\n") > text.rfind("Access_Type = RO;"));
+  input.squash = Squash::kAll;
+  CHECK(Contains(GaneshaConfig::Create(input)->Render(true), "Squash = All_Squash;"));
 }
 
 }  // namespace sharemgr

@@ -73,7 +73,10 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
         std::lock_guard lock(raw->output_mu_);
         raw->output_.append(buf, static_cast<size_t>(n));
       }
-      if (n == 0) return;  // the daemon and everything holding its pipe are gone
+      if (n == 0) {  // the daemon and everything holding its pipe are gone
+        raw->output_complete_ = true;
+        return;
+      }
     }
   });
   if (spec.wait_until_serving) {
@@ -237,6 +240,12 @@ absl::StatusOr<int> DaemonProcess::WaitExit(milliseconds timeout) {
   auto exit = child_->Reap();
   if (!exit.ok()) return exit.status();
   exit_code_ = exit->ShellCode();
+  // Its last words (the reason it exited) may still be in the pipe: the
+  // reader gets them all once every holder of the pipe is gone.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(2000);
+  while (!output_complete_ && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
   return *exit_code_;
 }
 

@@ -106,6 +106,7 @@ class DaemonProcess {
   mutable std::mutex output_mu_;
   std::string output_;
   std::atomic<bool> stop_reader_{false};
+  std::atomic<bool> output_complete_{false};  // the reader saw the pipe's end
   std::thread reader_;
 };
 
