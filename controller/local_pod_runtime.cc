@@ -62,6 +62,16 @@ void SignalWithGroup(pid_t pid, int pidfd, int sig) {
   PidfdSignal(pidfd, sig);
 }
 
+// Ends a pod still held at its gate (its share-manager never exec'd): the
+// shell sees EOF on its stdin and SIGKILL, and is reaped here.
+void EndHeld(supervisor::ChildProcess& process, base::UniqueFd gate_write) {
+  gate_write.reset();
+  process.SignalGroup(SIGKILL);
+  pollfd p{.fd = process.pidfd(), .events = POLLIN, .revents = 0};
+  poll(&p, 1, 10'000);
+  (void)process.Reap();
+}
+
 // The value of --stop-timeout in `flags` (either spelling), else the daemon's default.
 std::chrono::milliseconds StopTimeout(const std::vector<std::string>& flags) {
   std::optional<std::string> value;
@@ -129,6 +139,19 @@ struct PodRecord {
   std::string boot_id;
 };
 
+// A pid of 0 or 1 would have kill() hit ourselves or everything; start ticks
+// of 0 would tell no reused pid apart (a process started at boot matches).
+absl::Status CheckVerifiable(pid_t pid, uint64_t start_ticks) {
+  if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
+  if (start_ticks == 0) {
+    return absl::DataLossError(absl::StrCat(
+        "pod record names pid ", pid,
+        " without its start time (start_ticks 0): whoever has that pid now cannot be told from "
+        "the pod's process; make sure it is not the pod's, then remove the record"));
+  }
+  return absl::OkStatus();
+}
+
 std::string FormatRecord(const PodRecord& r) {
   return absl::StrCat("name=", r.pod.name, "\nvolume=", r.pod.volume, "\nepoch=", r.pod.epoch,
                       "\npid=", r.pid, "\nstart_ticks=", r.start_ticks,
@@ -159,8 +182,7 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
       !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
     return absl::DataLossError("malformed pod record");
   }
-  // kill(-1) or kill(-0) would signal everything we may signal, or ourselves.
-  if (r.pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", r.pid));
+  if (auto s = CheckVerifiable(r.pid, r.start_ticks); !s.ok()) return s;
   r.pod.nfs_port = static_cast<uint16_t>(port);
   if (auto it = kv.find("stop_timeout_ms"); it != kv.end()) {
     int64_t ms = 0;
@@ -662,11 +684,27 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     done();
     return process.status();
   }
+  // Until the gate opens, whatever fails ends what was started: no record,
+  // no process left.
+  auto abandon = [&](absl::Status status) {
+    EndHeld(*process, std::move(gate_write));
+    done();
+    return status;
+  };
   LocalPod local;
   local.pid = process->pid();
-  // Our unreaped child: its stat (even as a zombie) is there.
-  auto stat = base::ReadProcStat(local.pid);
-  local.start_ticks = stat ? stat->start_ticks : 0;
+  // Our unreaped child: its stat (even as a zombie) is there, unless /proc
+  // fails us. Without its start time no runtime could ever tell the pod from
+  // a process that reuses its pid, nor would a record accept it: no pod
+  // rather than one that cannot be verified. (No seam makes /proc fail in a
+  // test: the record's side is tested, a start time of 0 refused on load.)
+  const auto stat = base::ReadProcStat(local.pid);
+  if (!stat) {
+    return abandon(absl::UnavailableError(
+        absl::StrCat("pod ", pod.name, ": cannot read the start time of its process ", local.pid,
+                     " in /proc, without which it could not be told from a reused pid")));
+  }
+  local.start_ticks = stat->start_ticks;
   pod.started_unix_ms = base::StartTicksToUnixMs(local.start_ticks);
   local.record_path = absl::StrCat(volume_dir, "/pods/", pod.name, ".pod");
   local.state_dir = volume_dir + "/state";
@@ -683,13 +721,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
                                                        .boot_id = boot_id_}),
                                          0644, base::Durability::kReplaced);
       !s.ok()) {
-    gate_write.reset();  // never released: the held shell exits
-    process->SignalGroup(SIGKILL);
-    pollfd p{.fd = process->pidfd(), .events = POLLIN, .revents = 0};
-    poll(&p, 1, 10'000);
-    (void)process->Reap();
-    done();
-    return s;
+    return abandon(s);
   }
   if (write(gate_write.get(), "go\n", 3) != 3) {
     spdlog::warn("pod {}: could not release it ({}); it exits and is seen gone", pod.name,

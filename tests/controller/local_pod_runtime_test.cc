@@ -149,19 +149,55 @@ std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
   return *std::move(runtime);
 }
 
-// The fake ganesha's pid from `state_dir`, handed to `reaper`; the test stops
+// The pid a fake writes to `pid_file`, handed to `reaper`; the test stops
 // when it does not appear.
-pid_t WaitGanesha(const std::string& state_dir, Reaper& reaper) {
+pid_t WaitPidFile(const std::string& pid_file, Reaper& reaper) {
   pid_t pid = 0;
   WaitFor(
       [&] {
-        auto text = base::ReadFile(state_dir + "/ganesha.pid");
+        auto text = base::ReadFile(pid_file);
         return text.ok() && (pid = std::atoi(text->c_str())) > 0;
       },
       milliseconds(5000));
   REQUIRE(pid > 0);
   reaper.Add(pid);
   return pid;
+}
+
+// The fake ganesha's pid from `state_dir`.
+pid_t WaitGanesha(const std::string& state_dir, Reaper& reaper) {
+  return WaitPidFile(state_dir + "/ganesha.pid", reaper);
+}
+
+// The fake filesystem check's pid from FakeShareManagerWithFsck's `bin_dir`.
+pid_t WaitFsck(const std::string& bin_dir, Reaper& reaper) {
+  return WaitPidFile(bin_dir + "/e2fsck.pid", reaper);
+}
+
+// A `sleep 30` child (handed to `reaper`) and its start ticks: a live process
+// for records to name.
+std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execlp("sleep", "sleep", "30", nullptr);
+    _exit(127);
+  }
+  reaper.Add(pid);
+  return {pid, RequireOk(base::ReadProcStat(pid)).start_ticks};
+}
+
+// Writes <work_dir>/vol/pods/<file>: pod `name` of volume "vol", its
+// share-manager `pid`, then `rest` (start_ticks= and what else it says).
+void WriteRecord(const std::string& work_dir, const std::string& file, const std::string& name,
+                 uint64_t epoch, pid_t pid, const std::string& rest) {
+  REQUIRE(base::EnsureDirectory(work_dir + "/vol/pods", 0755).ok());
+  REQUIRE(base::WriteFileAtomically(work_dir + "/vol/pods/" + file,
+                                    "name=" + name +
+                                        "\nvolume=vol\nepoch=" + std::to_string(epoch) +
+                                        "\npid=" + std::to_string(pid) + "\n" + rest +
+                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
+              .ok());
 }
 
 }  // namespace
@@ -205,22 +241,9 @@ namespace {
 void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& identity) {
   testing_support::TempDir dir;
   Reaper reaper;
-  const pid_t other = fork();
-  REQUIRE(other >= 0);
-  if (other == 0) {
-    execlp("sleep", "sleep", "30", nullptr);
-    _exit(127);
-  }
-  reaper.Add(other);
-  auto st = base::ReadProcStat(other);
-  REQUIRE(st.has_value());
-  REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
+  const auto [other, start_ticks] = StartSleeper(reaper);
   const std::string name = PodName("vol", 4);
-  REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/" + name + ".pod",
-                                    "name=" + name + "\nvolume=vol\nepoch=4\npid=" +
-                                        std::to_string(other) + "\n" + identity(st->start_ticks) +
-                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
-              .ok());
+  WriteRecord(dir.path(), name + ".pod", name, 4, other, identity(start_ticks));
   auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
   auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
@@ -234,7 +257,7 @@ void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& ide
   // A negative wait, the assertion itself: three monitor passes (100 ms) and
   // the pid's present owner was never signalled.
   std::this_thread::sleep_for(milliseconds(300));
-  CHECK(base::ProcessAlive(other, st->start_ticks));
+  CHECK(base::ProcessAlive(other, start_ticks));
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
   runtime->Shutdown();
 }
@@ -359,6 +382,29 @@ TEST_CASE("local runtime: an unreadable pod record fails List instead of reading
   CHECK(runtime->List("other").ok());
 }
 
+TEST_CASE(
+    "local runtime: a pod record without a start time is refused on load, and its pid never "
+    "signalled") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const auto [other, start_ticks] = StartSleeper(reaper);
+  const std::string name = PodName("vol", 4);
+  SUBCASE("the share-manager's") {
+    WriteRecord(dir.path(), "x.pod", name, 4, other, "start_ticks=0\n");
+  }
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  // Neither "no pod" (a second server) nor a pod whose pid could be anyone's.
+  const auto pods = runtime->List("vol");
+  REQUIRE_FALSE(pods.ok());
+  CHECK(pods.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(pods.status().message().find("start_ticks 0") != std::string::npos);
+  CHECK(runtime->Delete(name).ok());               // nothing known to delete
+  std::this_thread::sleep_for(milliseconds(300));  // a negative wait: three monitor passes
+  CHECK(base::ProcessAlive(other, start_ticks));
+  CHECK(std::filesystem::exists(dir.path() + "/vol/pods/x.pod"));  // left for a human
+  runtime->Shutdown();
+}
+
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
@@ -460,14 +506,7 @@ TEST_CASE(
   REQUIRE(pod.ok());
   const pid_t share_manager = runtime->Pid(pod->name);
   reaper.Add(share_manager);
-  pid_t fsck = 0;
-  REQUIRE(WaitFor(
-      [&] {
-        auto text = base::ReadFile(dir.path() + "/bin/e2fsck.pid");
-        return text.ok() && (fsck = std::atoi(text->c_str())) > 0;
-      },
-      milliseconds(5000)));
-  reaper.Add(fsck);
+  const pid_t fsck = WaitFsck(dir.path() + "/bin", reaper);
   const auto fsck_stat = base::ReadProcStat(fsck);
   REQUIRE(fsck_stat.has_value());
   CHECK(fsck_stat->comm == "e2fsck");
