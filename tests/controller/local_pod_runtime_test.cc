@@ -392,6 +392,11 @@ TEST_CASE(
   SUBCASE("the share-manager's") {
     WriteRecord(dir.path(), "x.pod", name, 4, other, "start_ticks=0\n");
   }
+  SUBCASE("another process's") {
+    WriteRecord(dir.path(), "x.pod", name, 4, other,
+                "start_ticks=" + std::to_string(start_ticks - 1) +
+                    "\nprocs=" + std::to_string(other) + ":0\n");
+  }
   auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
   // Neither "no pod" (a second server) nor a pod whose pid could be anyone's.
   const auto pods = runtime->List("vol");
@@ -536,6 +541,67 @@ TEST_CASE(
       milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(fsck, fsck_stat->start_ticks));
   runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a runtime that adopts a deleting pod waits for the filesystem check that "
+    "outlived its share-manager, and never SIGKILLs it") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  REQUIRE(base::EnsureDirectory(dir.path() + "/bin", 0755).ok());
+  std::ofstream(dir.path() + "/bin/checking") << "";
+  const LocalPodRuntimeOptions options{
+      .share_manager_binary = FakeShareManagerWithFsck(dir.path() + "/bin"),
+      .work_dir = dir.path(),
+      .termination_grace = milliseconds(300),
+      .stop_pods_on_exit = false};
+  auto first = OpenRuntime(options);
+  auto pod = first->Create(Spec("vol"), 1);
+  REQUIRE(pod.ok());
+  const pid_t share_manager = first->Pid(pod->name);
+  reaper.Add(share_manager);
+  const pid_t fsck = WaitFsck(dir.path() + "/bin", reaper);
+  const auto fsck_start = RequireOk(base::ReadProcStat(fsck)).start_ticks;
+  REQUIRE(first->List("vol").ok());  // the share-manager's child is the pod's from here on
+  // The record names it, with its start time, as soon as it is tracked.
+  const std::string record = dir.path() + "/vol/pods/" + pod->name + ".pod";
+  const std::string fsck_entry = std::to_string(fsck) + ":" + std::to_string(fsck_start);
+  CHECK(WaitFor(
+      [&] {
+        auto text = base::ReadFile(record);
+        return text.ok() && text->find(fsck_entry) != std::string::npos;
+      },
+      milliseconds(2000)));
+
+  // The delete SIGKILLs the share-manager after the grace and spares the
+  // check; then the controller restarts.
+  REQUIRE(first->Delete(pod->name).ok());
+  REQUIRE(WaitFor([&] { return kill(share_manager, 0) != 0; }, milliseconds(3000)));
+  first->ShutdownLeavingPods();
+  first.reset();
+  REQUIRE(base::ProcessAlive(fsck, fsck_start));
+
+  auto second = OpenRuntime(options);
+  auto pods = second->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);  // not gone: a replacement would mount under the check
+  CHECK((*pods)[0].terminating);
+  CHECK((*pods)[0].phase == PodPhase::kFailed);
+  CHECK(second->Delete(pod->name).code() == absl::StatusCode::kUnavailable);  // under way
+  std::this_thread::sleep_for(milliseconds(600));  // a negative wait, twice the grace
+  CHECK(base::ProcessAlive(fsck, fsck_start));
+  CHECK(RequireOk(second->List("vol")).size() == 1);
+
+  std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
+  CHECK(WaitFor(
+      [&] {
+        auto now = second->List("vol");
+        return now.ok() && now->empty();
+      },
+      milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(fsck, fsck_start));
+  CHECK(WaitFor([&] { return !std::filesystem::exists(record); }, milliseconds(2000)));
+  second->Shutdown();
 }
 
 TEST_CASE(
