@@ -396,7 +396,11 @@ void LocalPodRuntime::Load() {
         continue;
       }
       LocalPod local = Adopt(*record, entry.path(), volume_dir.path());
-      pods_[local.pod.name] = std::move(local);
+      if (auto [it, inserted] = pods_.try_emplace(local.pod.name); inserted) {
+        it->second = std::move(local);
+      } else {
+        Merge(it->second, std::move(local));
+      }
     }
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
@@ -449,6 +453,34 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
                                          : "found without its share-manager",
                local.pid, local.procs.size(), local.deleting ? ", deleting" : "");
   return local;
+}
+
+void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
+  // Live processes first: a record naming only dead ones may go, one naming
+  // live ones must stay deletable. Then the newer epoch.
+  auto rank = [](const LocalPod& l) {
+    return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
+  };
+  if (rank(other) > rank(kept)) std::swap(kept, other);
+  spdlog::error(
+      "pod {}: two records name it, {} and {}: keeping {} (pid {}); the other's {} live "
+      "process(es) are the pod's too (signalled by its delete), and its record goes once the "
+      "kept one lists them",
+      kept.pod.name, kept.record_path, other.record_path, kept.record_path, kept.pid,
+      other.procs.size());
+  for (auto& p : other.procs) {
+    const bool known = std::any_of(kept.procs.begin(), kept.procs.end(),
+                                   [&](const Proc& k) { return k.pid == p.pid; });
+    if (known) {
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.pidfd.get(), nullptr);
+    } else {
+      kept.procs.push_back(std::move(p));
+    }
+  }
+  kept.superseded_records.push_back(other.record_path);
+  kept.superseded_records.insert(kept.superseded_records.end(), other.superseded_records.begin(),
+                                 other.superseded_records.end());
+  kept.record_stale = true;
 }
 
 void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) {
@@ -899,6 +931,8 @@ void LocalPodRuntime::Monitor() {
 void LocalPodRuntime::Forget(std::map<std::string, LocalPod>::iterator it,
                              std::vector<std::string>& unlinks) {
   unlinks.push_back(it->second.record_path);
+  unlinks.insert(unlinks.end(), it->second.superseded_records.begin(),
+                 it->second.superseded_records.end());
   pods_.erase(it);
 }
 
@@ -918,7 +952,7 @@ std::vector<LocalPodRuntime::RecordWrite> LocalPodRuntime::TakeStaleRecords() {
   for (auto& [name, local] : pods_) {
     if (!local.record_stale) continue;
     local.record_stale = false;
-    writes.push_back({name, local.record_path, RecordText(local)});
+    writes.push_back({name, local.record_path, RecordText(local), local.superseded_records});
   }
   return writes;
 }
@@ -934,6 +968,15 @@ void LocalPodRuntime::WriteRecords(const std::vector<RecordWrite>& writes) {
       absl::MutexLock lock(&mu_);
       if (auto it = pods_.find(w.name); it != pods_.end()) it->second.record_stale = true;
       continue;
+    }
+    if (w.superseded.empty()) continue;
+    // This record names every process the superseded ones did.
+    for (const auto& path : w.superseded) unlink(path.c_str());
+    absl::MutexLock lock(&mu_);
+    if (auto it = pods_.find(w.name); it != pods_.end()) {
+      std::erase_if(it->second.superseded_records, [&](const std::string& path) {
+        return std::find(w.superseded.begin(), w.superseded.end(), path) != w.superseded.end();
+      });
     }
   }
 }

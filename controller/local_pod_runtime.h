@@ -161,12 +161,16 @@ class LocalPodRuntime final : public PodRuntime {
     bool killed = false;
     // Its record no longer says what procs and deleting do.
     bool record_stale = false;
+    // Other records that named this pod (see Load): removed once its own
+    // record lists their processes too, or when the pod is gone.
+    std::vector<std::string> superseded_records;
   };
-  // A record to write (outside mu_).
+  // A record to write (outside mu_) and the records it replaces.
   struct RecordWrite {
     std::string name;
     std::string path;
     std::string text;
+    std::vector<std::string> superseded;
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
   // Deletes every pod first when `delete_pods`.
@@ -176,6 +180,9 @@ class LocalPodRuntime final : public PodRuntime {
   // processes tracked.
   LocalPod Adopt(const PodRecord& record, std::string path, const std::string& volume_dir)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Two records name `kept`'s pod: keeps one (live processes first, then the
+  // newer epoch) with both process sets, so none escapes a Delete.
+  void Merge(LocalPod& kept, LocalPod other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What `local`'s record says: its pod, processes and delete.
   std::string RecordText(const LocalPod& local) const;
   // The stale records, marked fresh; written by WriteRecords after mu_ is

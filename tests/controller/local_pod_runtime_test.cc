@@ -200,6 +200,25 @@ void WriteRecord(const std::string& work_dir, const std::string& file, const std
               .ok());
 }
 
+// Waits until `runtime` lists no pod of volume "vol".
+bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout) {
+  return WaitFor(
+      [&] {
+        auto now = runtime.List("vol");
+        return now.ok() && now->empty();
+      },
+      timeout);
+}
+
+// The record files left under <work_dir>/vol/pods.
+int RecordCount(const std::string& work_dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(work_dir + "/vol/pods")) {
+    n += entry.path().extension() == ".pod";
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("local runtime: ports are unique across volumes and roles, and stable across restarts") {
@@ -383,6 +402,46 @@ TEST_CASE("local runtime: an unreadable pod record fails List instead of reading
 }
 
 TEST_CASE(
+    "local runtime: of two records of one pod the one naming live processes is kept, loudly, and "
+    "the other's live processes still die with the pod") {
+  testing_support::TempDir dir;
+  LogCapture log;  // outlives the runtime
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  const auto [a, a_start] = StartSleeper(reaper);
+  const auto [b, b_start] = StartSleeper(reaper);
+  WriteRecord(dir.path(), "a.pod", name, 4, a, "start_ticks=" + std::to_string(a_start) + "\n");
+  WriteRecord(dir.path(), "b.pod", name, 4, b, "start_ticks=" + std::to_string(b_start) + "\n");
+  // A newer epoch, but its process is gone: not the one kept.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  WriteRecord(dir.path(), "c.pod", name, 9, dead,
+              "start_ticks=" + std::to_string(dead_start) + "\n");
+
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0].phase == PodPhase::kRunning);
+  CHECK((*pods)[0].epoch == 4);
+  const pid_t kept = runtime->Pid(name);
+  CHECK((kept == a || kept == b));
+  CHECK(log.Count(name + ": two records name it") == 2);
+  for (const std::string file : {"a.pod", "b.pod", "c.pod"}) {
+    CAPTURE(file);
+    CHECK(log.Count(dir.path() + "/vol/pods/" + file) >= 1);
+  }
+
+  REQUIRE(runtime->Delete(name).ok());
+  CHECK(WaitNoPods(*runtime, milliseconds(3000)));
+  CHECK_FALSE(base::ProcessAlive(a, a_start));
+  CHECK_FALSE(base::ProcessAlive(b, b_start));
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
     "local runtime: a pod record without a start time is refused on load, and its pid never "
     "signalled") {
   testing_support::TempDir dir;
@@ -445,12 +504,7 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
       WaitFor([&] { return !base::ReadProcStat(share_manager).has_value(); }, milliseconds(5000)));
   CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(ganesha, ganesha_start));
   CHECK(Clock::now() - asked >= milliseconds(1500));
   runtime->Shutdown();
@@ -486,12 +540,7 @@ TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's terminatio
   // Its ganesha ignores SIGTERM: gone only by the SIGKILL at the pod's grace.
   const auto asked = Clock::now();
   REQUIRE(runtime->Delete(pod->name).ok());
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(12'000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(12'000)));
   CHECK(Clock::now() - asked >= milliseconds(5000));
   runtime->Shutdown();
 }
@@ -533,12 +582,7 @@ TEST_CASE(
   CHECK(log.Count(pod->name + ": a filesystem check") == 1);  // said once, not every pass
 
   std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(fsck, fsck_stat->start_ticks));
   runtime->Shutdown();
 }
@@ -593,12 +637,7 @@ TEST_CASE(
   CHECK(RequireOk(second->List("vol")).size() == 1);
 
   std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
-  CHECK(WaitFor(
-      [&] {
-        auto now = second->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*second, milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(fsck, fsck_start));
   CHECK(WaitFor([&] { return !std::filesystem::exists(record); }, milliseconds(2000)));
   second->Shutdown();
@@ -663,12 +702,7 @@ TEST_CASE(
   std::atomic<int> heard{0};
   second->Watch([&](const std::string&) { ++heard; });
   REQUIRE(second->Delete(created.name).ok());
-  CHECK(WaitFor(
-      [&] {
-        auto now = second->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*second, milliseconds(5000)));
   CHECK(heard > 0);
   second->Shutdown();
 }
