@@ -855,6 +855,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, ev.data.fd, &ev);
     nfs_ports_[pod.volume] = pod.nfs_port;
     pods_[pod.name] = std::move(local);
+    creating_names_.erase(pod.name);  // in pods_ now: reserved by that alone
     --creating_;
   }
   Wake();

@@ -200,11 +200,11 @@ void WriteRecord(const std::string& work_dir, const std::string& file, const std
               .ok());
 }
 
-// Waits until `runtime` lists no pod of volume "vol".
-bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout) {
+// Waits until `runtime` lists no pod of `volume`.
+bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout, const std::string& volume = "vol") {
   return WaitFor(
       [&] {
-        auto now = runtime.List("vol");
+        auto now = runtime.List(volume);
         return now.ok() && now->empty();
       },
       timeout);
@@ -737,8 +737,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "local runtime: two Creates of one pod at once start one share-manager, and a volume named "
-    "'ports' is a volume like any other") {
+    "local runtime: two Creates of one pod at once start one share-manager, a gone pod's name "
+    "can be created again, and a volume named 'ports' is a volume like any other") {
   testing_support::TempDir dir;
   Reaper reaper;
   auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
@@ -766,6 +766,12 @@ TEST_CASE(
   REQUIRE_MESSAGE(other.ok(), other.status().ToString());
   reaper.Add(runtime->Pid(other->name));
   CHECK(RequireOk(runtime->List("ports")).size() == 1);
+  // Once gone, its name is free again: a Create of it is no longer under way.
+  REQUIRE(runtime->Delete(other->name).ok());
+  REQUIRE(WaitNoPods(*runtime, milliseconds(5000), "vol-b"));
+  auto again = runtime->Create(Spec("vol-b"), 1);
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+  reaper.Add(runtime->Pid(again->name));
   runtime->Shutdown();
 }
 
