@@ -5,20 +5,24 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/files.h"
 
 namespace base {
 
+// Every /proc file is read through ReadFile's O_CLOEXEC fd: callers read
+// them while other threads fork and exec (the pod runtime spawns pods
+// concurrently), and an fd opened without it would leak into those children.
+// (glibc's opendir opens its directories O_CLOEXEC already.)
+
 std::optional<ProcStat> ReadProcStat(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
+  auto text = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!text.ok()) return std::nullopt;
+  const std::string line = text->substr(0, text->find('\n'));
   // comm may hold spaces and parentheses: it ends at the last ')'.
   const auto open = line.find('(');
   const auto close = line.rfind(')');
@@ -51,9 +55,11 @@ std::vector<pid_t> ProcessChildren(pid_t pid) {
   if (dir == nullptr) return out;
   while (dirent* entry = readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
-    std::ifstream in(absl::StrCat(tasks, "/", entry->d_name, "/children"));
-    pid_t child;
-    while (in >> child) out.push_back(child);
+    auto text = ReadFile(absl::StrCat(tasks, "/", entry->d_name, "/children"));
+    if (!text.ok()) continue;  // the thread is gone
+    for (absl::string_view field : absl::StrSplit(*text, ' ', absl::SkipWhitespace())) {
+      if (pid_t child = 0; absl::SimpleAtoi(field, &child)) out.push_back(child);
+    }
   }
   closedir(dir);
   return out;
@@ -73,9 +79,10 @@ std::vector<pid_t> ProcessGroupMembers(pid_t pgid) {
 }
 
 std::optional<std::string> BootId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  if (!in || !std::getline(in, id) || id.empty()) return std::nullopt;
+  auto text = ReadFile("/proc/sys/kernel/random/boot_id");
+  if (!text.ok()) return std::nullopt;
+  std::string id(absl::StripAsciiWhitespace(*text));
+  if (id.empty()) return std::nullopt;
   return id;
 }
 

@@ -30,9 +30,32 @@
 #include "base/proc.h"
 
 namespace controller {
-namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
+struct PodRecord {
+  Pod pod;
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;
+  // The pod's own --stop-timeout: its grace after a restart. Unset in records
+  // written before it was kept (pods that outlived a controller upgrade).
+  std::optional<std::chrono::milliseconds> stop_timeout;
+  // The boot the pid and start ticks belong to. Empty in older records, or
+  // when the boot id could not be read.
+  std::string boot_id;
+  // Every process the runtime tracked for the pod when it wrote the record
+  // (pid, start ticks), the share-manager included while it lived: a
+  // filesystem check can outlive the share-manager, and a runtime that
+  // adopts the pod must still wait for it. Empty in older records.
+  std::vector<std::pair<pid_t, uint64_t>> procs;
+  // Set once Delete began (steady_clock, CLOCK_MONOTONIC: one clock for the
+  // whole boot, whichever process reads it): an adopting runtime goes on
+  // with the delete and its grace instead of serving the pod again.
+  std::optional<SteadyClock::time_point> delete_started;
+};
+
+namespace {
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -60,6 +83,16 @@ void SignalGroup(pid_t leader, int leader_pidfd, int sig) {
 void SignalWithGroup(pid_t pid, int pidfd, int sig) {
   SignalGroup(pid, pidfd, sig);
   PidfdSignal(pidfd, sig);
+}
+
+// Ends a pod still held at its gate (its share-manager never exec'd): the
+// shell sees EOF on its stdin and SIGKILL, and is reaped here.
+void EndHeld(supervisor::ChildProcess& process, base::UniqueFd gate_write) {
+  gate_write.reset();
+  process.SignalGroup(SIGKILL);
+  pollfd p{.fd = process.pidfd(), .events = POLLIN, .revents = 0};
+  poll(&p, 1, 10'000);
+  (void)process.Reap();
 }
 
 // The value of --stop-timeout in `flags` (either spelling), else the daemon's default.
@@ -116,27 +149,54 @@ bool RunsWithUid(pid_t pid, const std::string& uid) {
                                                     std::string(1, '\0'))) != std::string::npos;
 }
 
-// What <work_dir>/<volume>/pods/<pod>.pod says: one "key=value" per line.
-struct PodRecord {
-  Pod pod;
-  pid_t pid = 0;
-  uint64_t start_ticks = 0;
-  // The pod's own --stop-timeout: its grace after a restart. Unset in records
-  // written before it was kept (pods that outlived a controller upgrade).
-  std::optional<std::chrono::milliseconds> stop_timeout;
-  // The boot the pid and start ticks belong to. Empty in older records, or
-  // when the boot id could not be read.
-  std::string boot_id;
-};
+std::string FormatProcs(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
+  return absl::StrJoin(procs, ",", [](std::string* out, const auto& p) {
+    absl::StrAppend(out, p.first, ":", p.second);
+  });
+}
+
+// A pid of 0 or 1 would have kill() hit ourselves or everything; start ticks
+// of 0 would tell no reused pid apart (a process started at boot matches).
+absl::Status CheckVerifiable(pid_t pid, uint64_t start_ticks) {
+  if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
+  if (start_ticks == 0) {
+    return absl::DataLossError(absl::StrCat(
+        "pod record names pid ", pid,
+        " without its start time (start_ticks 0): whoever has that pid now cannot be told from "
+        "the pod's process; make sure it is not the pod's, then remove the record"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<pid_t, uint64_t>>> ParseProcs(absl::string_view text) {
+  std::vector<std::pair<pid_t, uint64_t>> procs;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> f = absl::StrSplit(item, ':');
+    pid_t pid = 0;
+    uint64_t start = 0;
+    if (!absl::SimpleAtoi(f.first, &pid) || !absl::SimpleAtoi(f.second, &start)) {
+      return absl::DataLossError("malformed procs in pod record");
+    }
+    if (auto s = CheckVerifiable(pid, start); !s.ok()) return s;
+    procs.emplace_back(pid, start);
+  }
+  return procs;
+}
 
 std::string FormatRecord(const PodRecord& r) {
-  return absl::StrCat("name=", r.pod.name, "\nvolume=", r.pod.volume, "\nepoch=", r.pod.epoch,
-                      "\npid=", r.pid, "\nstart_ticks=", r.start_ticks,
-                      "\nstarted_unix_ms=", r.pod.started_unix_ms, "\nendpoint=", r.pod.endpoint,
-                      "\nnfs_port=", r.pod.nfs_port,
-                      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(),
-                      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id,
-                      r.pod.uid.empty() ? "" : "\nuid=", r.pod.uid, "\n");
+  return absl::StrCat(
+      "name=", r.pod.name, "\nvolume=", r.pod.volume, "\nepoch=", r.pod.epoch, "\npid=", r.pid,
+      "\nstart_ticks=", r.start_ticks, "\nstarted_unix_ms=", r.pod.started_unix_ms,
+      "\nendpoint=", r.pod.endpoint, "\nnfs_port=", r.pod.nfs_port,
+      "\nstop_timeout_ms=", r.stop_timeout.value_or(StopTimeout({})).count(),
+      r.boot_id.empty() ? "" : "\nboot_id=", r.boot_id,
+      r.pod.uid.empty() ? "" : "\nuid=", r.pod.uid, "\nprocs=", FormatProcs(r.procs),
+      r.delete_started ? absl::StrCat("\nstate=deleting\ndelete_started_ms=",
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          r.delete_started->time_since_epoch())
+                                          .count())
+                       : "",
+      "\n");
 }
 
 absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
@@ -159,8 +219,17 @@ absl::StatusOr<PodRecord> ParseRecord(const std::string& text) {
       !absl::SimpleAtoi(kv["nfs_port"], &port) || port > 65535) {
     return absl::DataLossError("malformed pod record");
   }
-  // kill(-1) or kill(-0) would signal everything we may signal, or ourselves.
-  if (r.pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", r.pid));
+  if (auto s = CheckVerifiable(r.pid, r.start_ticks); !s.ok()) return s;
+  auto procs = ParseProcs(kv["procs"]);
+  if (!procs.ok()) return procs.status();
+  r.procs = *std::move(procs);
+  if (kv["state"] == "deleting") {
+    int64_t ms = 0;
+    if (!absl::SimpleAtoi(kv["delete_started_ms"], &ms)) {
+      return absl::DataLossError("malformed delete_started_ms in pod record");
+    }
+    r.delete_started = SteadyClock::time_point(std::chrono::milliseconds(ms));
+  }
   r.pod.nfs_port = static_cast<uint16_t>(port);
   if (auto it = kv.find("stop_timeout_ms"); it != kv.end()) {
     int64_t ms = 0;
@@ -326,40 +395,92 @@ void LocalPodRuntime::Load() {
         bad_records_[volume] = absl::StrCat(entry.path().string(), ": ", record.status().message());
         continue;
       }
-      LocalPod local;
-      local.pod = record->pod;
-      local.pid = record->pid;
-      local.start_ticks = record->start_ticks;
-      // An older record: what the runtime's own flags would have given it.
-      local.grace = Grace(record->stop_timeout.value_or(StopTimeout(options_.daemon_flags)));
-      local.record_path = entry.path();
-      local.state_dir = volume_dir.path() / "state";
-      // The pid is the pod's only in the boot the record was written in (start
-      // ticks count from boot) and if it still started when the record says:
-      // after a reboot or a pid reuse it is someone else, never signalled.
-      // Records without a boot id (older ones) have only the start time.
-      const bool other_boot =
-          !record->boot_id.empty() && !boot_id_.empty() && record->boot_id != boot_id_;
-      if (other_boot) {
-        local.state_dir.clear();  // a ganesha running now is not this pod's either
-      } else if (base::ProcessAlive(local.pid, local.start_ticks) &&
-                 RunsWithUid(local.pid, local.pod.uid)) {
-        AddProc(local, local.pid, local.start_ticks);
-        local.share_manager_alive = !local.procs.empty();
+      LocalPod local = Adopt(*record, entry.path(), volume_dir.path());
+      if (auto [it, inserted] = pods_.try_emplace(local.pod.name); inserted) {
+        it->second = std::move(local);
+      } else {
+        Merge(it->second, std::move(local));
       }
-      local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
-      local.pod.exit_code = -1;  // not our child: its exit status cannot be known
-      Refresh(local);
-      spdlog::info("pod {}: {} (pid {})", local.pod.name,
-                   local.share_manager_alive ? "adopted"
-                   : other_boot              ? "found gone (recorded in another boot)"
-                                             : "found gone",
-                   local.pid);
-      pods_[local.pod.name] = std::move(local);
     }
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
   if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
+}
+
+LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::string path,
+                                                 const std::string& volume_dir) {
+  LocalPod local;
+  local.pod = record.pod;
+  local.pid = record.pid;
+  local.start_ticks = record.start_ticks;
+  // An older record: what the runtime's own flags would have given it.
+  local.stop_timeout = record.stop_timeout.value_or(StopTimeout(options_.daemon_flags));
+  local.grace = Grace(local.stop_timeout);
+  local.record_path = std::move(path);
+  local.state_dir = volume_dir + "/state";
+  // The pid is the pod's only in the boot the record was written in (start
+  // ticks count from boot) and if it still started when the record says:
+  // after a reboot or a pid reuse it is someone else, never signalled.
+  // Records without a boot id (older ones) have only the start time.
+  const bool other_boot =
+      !record.boot_id.empty() && !boot_id_.empty() && record.boot_id != boot_id_;
+  if (other_boot) {
+    local.state_dir.clear();  // a ganesha running now is not this pod's either
+  } else {
+    if (base::ProcessAlive(local.pid, local.start_ticks) && RunsWithUid(local.pid, local.pod.uid)) {
+      AddProc(local, local.pid, local.start_ticks);
+      local.share_manager_alive = !local.procs.empty();
+    }
+    // The rest of its tree as last recorded (a filesystem check may outlive
+    // the share-manager), each only while its start time still matches.
+    for (auto [pid, start] : record.procs) {
+      if (pid != local.pid) AddProc(local, pid, start);
+    }
+  }
+  if (record.delete_started) {
+    // Goes on where the last runtime was: its grace counts from then (never
+    // from a time to come, were the record's clock not this boot's).
+    local.deleting = true;
+    local.term_started = std::min(*record.delete_started, SteadyClock::now());
+  }
+  local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
+  local.pod.exit_code = -1;  // not our child: its exit status cannot be known
+  Refresh(local);
+  spdlog::info("pod {}: {} (pid {}, {} live process(es){})", local.pod.name,
+               local.share_manager_alive ? "adopted"
+               : other_boot              ? "found gone (recorded in another boot)"
+               : local.procs.empty()     ? "found gone"
+                                         : "found without its share-manager",
+               local.pid, local.procs.size(), local.deleting ? ", deleting" : "");
+  return local;
+}
+
+void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
+  // Live processes first: a record naming only dead ones may go, one naming
+  // live ones must stay deletable. Then the newer epoch.
+  auto rank = [](const LocalPod& l) {
+    return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
+  };
+  if (rank(other) > rank(kept)) std::swap(kept, other);
+  spdlog::error(
+      "pod {}: two records name it, {} and {}: keeping {} (pid {}); the other's {} live "
+      "process(es) are the pod's too (signalled by its delete), and its record goes once the "
+      "kept one lists them",
+      kept.pod.name, kept.record_path, other.record_path, kept.record_path, kept.pid,
+      other.procs.size());
+  for (auto& p : other.procs) {
+    const bool known = std::any_of(kept.procs.begin(), kept.procs.end(),
+                                   [&](const Proc& k) { return k.pid == p.pid; });
+    if (known) {
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.pidfd.get(), nullptr);
+    } else {
+      kept.procs.push_back(std::move(p));
+    }
+  }
+  kept.superseded_records.push_back(other.record_path);
+  kept.superseded_records.insert(kept.superseded_records.end(), other.superseded_records.begin(),
+                                 other.superseded_records.end());
+  kept.record_stale = true;
 }
 
 void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) {
@@ -374,12 +495,13 @@ void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) 
   ev.data.fd = pidfd.get();
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev);
   local.procs.push_back({pid, start_ticks, std::move(pidfd)});
+  local.record_stale = true;
 }
 
 bool LocalPodRuntime::Refresh(LocalPod& local) {
   const PodPhase phase = local.pod.phase;
   const bool terminating = local.pod.terminating;
-  std::erase_if(local.procs, [&](const Proc& p) {
+  const size_t exited = std::erase_if(local.procs, [&](const Proc& p) {
     if (!Exited(p.pidfd.get())) return false;
     if (p.pid == local.pid) local.share_manager_alive = false;
     // Removed explicitly: closing this fd alone would not drop it from epoll
@@ -389,6 +511,7 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.pidfd.get(), nullptr);
     return true;
   });
+  if (exited > 0) local.record_stale = true;
   if (local.child && !local.share_manager_alive) {
     // Its exit is known now; the reap, which can take the kernel a long
     // time, waits on the reaper thread and holds nothing up.
@@ -551,6 +674,17 @@ void LocalPodRuntime::Stop(bool delete_pods) {
   Wake();
   monitor_.join();
   {
+    // Changes since the monitor's last pass: the next runtime adopts from
+    // the records.
+    absl::MutexLock records(&record_mu_);
+    std::vector<RecordWrite> writes;
+    {
+      absl::MutexLock lock(&mu_);
+      writes = TakeStaleRecords();
+    }
+    WriteRecords(writes);
+  }
+  {
     absl::MutexLock lock(&reap_mu_);
     reaper_stop_ = true;
   }
@@ -662,56 +796,66 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
     done();
     return process.status();
   }
+  // Until the gate opens, whatever fails ends what was started: no record,
+  // no process left.
+  auto abandon = [&](absl::Status status) {
+    EndHeld(*process, std::move(gate_write));
+    done();
+    return status;
+  };
   LocalPod local;
   local.pid = process->pid();
-  // Our unreaped child: its stat (even as a zombie) is there.
-  auto stat = base::ReadProcStat(local.pid);
-  local.start_ticks = stat ? stat->start_ticks : 0;
+  // Our unreaped child: its stat (even as a zombie) is there, unless /proc
+  // fails us. Without its start time no runtime could ever tell the pod from
+  // a process that reuses its pid, nor would a record accept it: no pod
+  // rather than one that cannot be verified. (No seam makes /proc fail in a
+  // test: the record's side is tested, a start time of 0 refused on load.)
+  const auto stat = base::ReadProcStat(local.pid);
+  if (!stat) {
+    return abandon(absl::UnavailableError(
+        absl::StrCat("pod ", pod.name, ": cannot read the start time of its process ", local.pid,
+                     " in /proc, without which it could not be told from a reused pid")));
+  }
+  local.start_ticks = stat->start_ticks;
   pod.started_unix_ms = base::StartTicksToUnixMs(local.start_ticks);
+  pod.phase = PodPhase::kRunning;
+  local.pod = pod;
   local.record_path = absl::StrCat(volume_dir, "/pods/", pod.name, ".pod");
   local.state_dir = volume_dir + "/state";
+  local.stop_timeout = stop_timeout;
   local.grace = Grace(stop_timeout);
+  // A copy of the child's own pidfd (no new pidfd_open that could fail
+  // under fd pressure and leave the pod "running" for ever).
+  local.procs.push_back(
+      {local.pid, local.start_ticks, base::UniqueFd(fcntl(process->pidfd(), F_DUPFD_CLOEXEC, 0))});
+  local.share_manager_alive = true;
   // Recorded before Create returns: a controller that restarts from here on
   // finds the pod instead of reading its absence as "gone".
   // Not fsynced: it must outlive the controller process, not the machine
   // (a reboot ends the pod too, and its pid and start time with it).
-  if (auto s = base::WriteFileAtomically(local.record_path,
-                                         FormatRecord({.pod = pod,
-                                                       .pid = local.pid,
-                                                       .start_ticks = local.start_ticks,
-                                                       .stop_timeout = stop_timeout,
-                                                       .boot_id = boot_id_}),
-                                         0644, base::Durability::kReplaced);
-      !s.ok()) {
-    gate_write.reset();  // never released: the held shell exits
-    process->SignalGroup(SIGKILL);
-    pollfd p{.fd = process->pidfd(), .events = POLLIN, .revents = 0};
-    poll(&p, 1, 10'000);
-    (void)process->Reap();
-    done();
-    return s;
+  absl::Status recorded;
+  {
+    // After the removal of a gone pod's record of this name, never before.
+    absl::MutexLock records(&record_mu_);
+    recorded = base::WriteFileAtomically(local.record_path, RecordText(local), 0644,
+                                         base::Durability::kReplaced);
   }
+  if (!recorded.ok()) return abandon(recorded);
   if (write(gate_write.get(), "go\n", 3) != 3) {
     spdlog::warn("pod {}: could not release it ({}); it exits and is seen gone", pod.name,
                  strerror(errno));
   }
   gate_write.reset();
-  pod.phase = PodPhase::kRunning;
-  local.pod = pod;
   local.child = *std::move(process);
   {
     absl::MutexLock lock(&mu_);
-    // A copy of the child's own pidfd (no new pidfd_open that could fail
-    // under fd pressure and leave the pod "running" for ever).
-    base::UniqueFd pidfd(fcntl(local.child->pidfd(), F_DUPFD_CLOEXEC, 0));
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = pidfd.get();
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev);
-    local.procs.push_back({local.pid, local.start_ticks, std::move(pidfd)});
-    local.share_manager_alive = true;
+    ev.data.fd = local.procs.front().pidfd.get();
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, ev.data.fd, &ev);
     nfs_ports_[pod.volume] = pod.nfs_port;
     pods_[pod.name] = std::move(local);
+    creating_names_.erase(pod.name);  // in pods_ now: reserved by that alone
     --creating_;
   }
   Wake();
@@ -756,67 +900,136 @@ void LocalPodRuntime::Monitor() {
       tasks.swap(tasks_);
     }
     for (auto& task : tasks) task();
-    std::vector<std::string> changed, records;
+    std::vector<std::string> changed;
     {
-      absl::MutexLock lock(&mu_);
-      if (stop_) return;
-      for (auto it = pods_.begin(); it != pods_.end();) {
-        LocalPod& local = it->second;
-        if (Refresh(local)) changed.push_back(local.pod.volume);
-        if (local.deleting && local.procs.empty()) {
-          changed.push_back(local.pod.volume);
-          records.push_back(local.record_path);
-          it = pods_.erase(it);
-        } else {
-          ++it;
+      absl::MutexLock records(&record_mu_);
+      std::vector<std::string> unlinks;
+      std::vector<RecordWrite> writes;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_) return;
+        for (auto it = pods_.begin(); it != pods_.end();) {
+          LocalPod& local = it->second;
+          if (Refresh(local)) changed.push_back(local.pod.volume);
+          if (local.deleting && local.procs.empty()) {
+            changed.push_back(local.pod.volume);
+            Forget(it++, unlinks);
+          } else {
+            ++it;
+          }
         }
+        writes = TakeStaleRecords();
       }
+      // The record goes only once every process is gone: until then a
+      // restart must still find the pod.
+      for (const auto& path : unlinks) unlink(path.c_str());
+      WriteRecords(writes);
     }
-    // The record goes only once every process is gone: until then a restart
-    // must still find the pod.
-    for (const auto& path : records) unlink(path.c_str());
     for (const auto& volume : changed) listeners_.Notify(volume);
   }
 }
 
-absl::Status LocalPodRuntime::Delete(const std::string& name) {
-  std::string volume, record;
-  {
+void LocalPodRuntime::Forget(std::map<std::string, LocalPod>::iterator it,
+                             std::vector<std::string>& unlinks) {
+  unlinks.push_back(it->second.record_path);
+  unlinks.insert(unlinks.end(), it->second.superseded_records.begin(),
+                 it->second.superseded_records.end());
+  pods_.erase(it);
+}
+
+std::string LocalPodRuntime::RecordText(const LocalPod& local) const {
+  PodRecord record{.pod = local.pod,
+                   .pid = local.pid,
+                   .start_ticks = local.start_ticks,
+                   .stop_timeout = local.stop_timeout,
+                   .boot_id = boot_id_};
+  for (const auto& p : local.procs) record.procs.emplace_back(p.pid, p.start_ticks);
+  if (local.deleting) record.delete_started = local.term_started;
+  return FormatRecord(record);
+}
+
+std::vector<LocalPodRuntime::RecordWrite> LocalPodRuntime::TakeStaleRecords() {
+  std::vector<RecordWrite> writes;
+  for (auto& [name, local] : pods_) {
+    if (!local.record_stale) continue;
+    local.record_stale = false;
+    writes.push_back({name, local.record_path, RecordText(local), local.superseded_records});
+  }
+  return writes;
+}
+
+void LocalPodRuntime::WriteRecords(const std::vector<RecordWrite>& writes) {
+  for (const auto& w : writes) {
+    // Not fsynced, as at Create: the record must outlive the controller
+    // process, not the machine.
+    auto written = base::WriteFileAtomically(w.path, w.text, 0644, base::Durability::kReplaced);
+    if (!written.ok()) {
+      spdlog::error("pod {}: cannot update its record (tried again): {}", w.name,
+                    written.message());
+      absl::MutexLock lock(&mu_);
+      if (auto it = pods_.find(w.name); it != pods_.end()) it->second.record_stale = true;
+      continue;
+    }
+    if (w.superseded.empty()) continue;
+    // This record names every process the superseded ones did.
+    for (const auto& path : w.superseded) unlink(path.c_str());
     absl::MutexLock lock(&mu_);
-    auto it = pods_.find(name);
-    if (it == pods_.end()) return absl::OkStatus();
-    LocalPod& local = it->second;
-    Refresh(local);
-    volume = local.pod.volume;
-    if (local.procs.empty()) {
-      record = local.record_path;
-      pods_.erase(it);
-    } else if (local.deleting) {
-      return absl::UnavailableError(absl::StrCat(
-          "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
-                                                                local.term_started)
-              .count(),
-          " ms"));
-    } else {
-      local.deleting = true;
-      local.term_started = SteadyClock::now();
-      local.pod.terminating = true;
-      // The share-manager stops its ganesha in order; its orphans, and
-      // everything after the grace, are signalled by the monitor.
-      if (local.share_manager_alive) {
-        for (const auto& p : local.procs) {
-          if (p.pid != local.pid) continue;
-          SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // a frozen pod must see its SIGTERM
-          SignalWithGroup(p.pid, p.pidfd.get(), SIGTERM);
-        }
-      }
+    if (auto it = pods_.find(w.name); it != pods_.end()) {
+      std::erase_if(it->second.superseded_records, [&](const std::string& path) {
+        return std::find(w.superseded.begin(), w.superseded.end(), path) != w.superseded.end();
+      });
     }
   }
-  if (!record.empty()) unlink(record.c_str());
+}
+
+absl::Status LocalPodRuntime::Delete(const std::string& name) {
+  std::string volume;
+  {
+    absl::MutexLock records(&record_mu_);
+    std::vector<std::string> unlinks;
+    std::vector<RecordWrite> writes;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pods_.find(name);
+      if (it == pods_.end()) return absl::OkStatus();
+      LocalPod& local = it->second;
+      Refresh(local);
+      volume = local.pod.volume;
+      if (local.procs.empty()) {
+        Forget(it, unlinks);
+      } else if (local.deleting) {
+        return absl::UnavailableError(absl::StrCat(
+            "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
+            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
+                                                                  local.term_started)
+                .count(),
+            " ms"));
+      } else {
+        BeginDelete(local);
+      }
+      writes = TakeStaleRecords();
+    }
+    for (const auto& path : unlinks) unlink(path.c_str());
+    WriteRecords(writes);
+  }
   Wake();
   listeners_.Notify(volume);
   return absl::OkStatus();
+}
+
+void LocalPodRuntime::BeginDelete(LocalPod& local) {
+  local.deleting = true;
+  local.term_started = SteadyClock::now();
+  local.pod.terminating = true;
+  local.record_stale = true;  // a restart from here on goes on with the delete
+  // The share-manager stops its ganesha in order; its orphans, and
+  // everything after the grace, are signalled by the monitor.
+  if (!local.share_manager_alive) return;
+  for (const auto& p : local.procs) {
+    if (p.pid != local.pid) continue;
+    SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // a frozen pod must see its SIGTERM
+    SignalWithGroup(p.pid, p.pidfd.get(), SIGTERM);
+  }
 }
 
 absl::StatusOr<std::vector<Pod>> LocalPodRuntime::List(const std::string& volume) {

@@ -6,12 +6,15 @@
 // Pods are observed, not remembered: each pod is recorded under
 // <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid, /proc start
 // time and the boot's id) before Create returns, and a runtime started over
-// the same work dir adopts the live ones. A pid is trusted only with its start
-// time in the same boot, so a reused pid is never taken for the pod. A pod is
-// gone only when its whole process tree is (the share-manager and the
-// children it started in their own groups, ganesha), seen through pidfds and
-// /proc. One runtime per work dir: it holds the work dir's lock for its
-// lifetime.
+// the same work dir adopts the live ones. The record is rewritten as the
+// pod's processes come and go and once its delete begins, so an adopting
+// runtime knows every process the pod still has (a filesystem check that
+// outlived its share-manager) and finishes a delete under way. A pid is
+// trusted only with its start time in the same boot, so a reused pid is
+// never taken for the pod. A pod is gone only when its whole process tree is
+// (the share-manager and the children it started in their own groups,
+// ganesha), seen through pidfds and /proc. One runtime per work dir: it holds
+// the work dir's lock for its lifetime.
 #pragma once
 
 #include <chrono>
@@ -34,6 +37,8 @@
 #include "supervisor/child_process.h"
 
 namespace controller {
+
+struct PodRecord;  // what a pod's record file says (local_pod_runtime.cc)
 
 // Below Linux's default ephemeral range (32768-60999).
 inline constexpr base::PortRange kDefaultPortRange{20000, 29999};
@@ -143,7 +148,8 @@ class LocalPodRuntime final : public PodRuntime {
     uint64_t start_ticks = 0;
     std::string record_path;
     std::string state_dir;
-    std::chrono::milliseconds grace{0};  // SIGTERM to SIGKILL
+    std::chrono::milliseconds stop_timeout{0};  // its daemon's, kept in its record
+    std::chrono::milliseconds grace{0};         // SIGTERM to SIGKILL
     // Set when this runtime spawned it (reaped here, exit code known).
     std::optional<supervisor::ChildProcess> child;
     bool share_manager_alive = false;
@@ -153,11 +159,42 @@ class LocalPodRuntime final : public PodRuntime {
     std::chrono::steady_clock::time_point term_started;
     bool orphans_termed = false;
     bool killed = false;
+    // Its record no longer says what procs and deleting do.
+    bool record_stale = false;
+    // Other records that named this pod (see Load): removed once its own
+    // record lists their processes too, or when the pod is gone.
+    std::vector<std::string> superseded_records;
+  };
+  // A record to write (outside mu_) and the records it replaces.
+  struct RecordWrite {
+    std::string name;
+    std::string path;
+    std::string text;
+    std::vector<std::string> superseded;
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
   // Deletes every pod first when `delete_pods`.
   void Stop(bool delete_pods);
   void Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pod `record` (at `path`, in `volume_dir`) describes, its live
+  // processes tracked.
+  LocalPod Adopt(const PodRecord& record, std::string path, const std::string& volume_dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Two records name `kept`'s pod: keeps one (live processes first, then the
+  // newer epoch) with both process sets, so none escapes a Delete.
+  void Merge(LocalPod& kept, LocalPod other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What `local`'s record says: its pod, processes and delete.
+  std::string RecordText(const LocalPod& local) const;
+  // The stale records, marked fresh; written by WriteRecords after mu_ is
+  // released (no disk write under the lock List takes).
+  std::vector<RecordWrite> TakeStaleRecords() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, record_mu_);
+  void WriteRecords(const std::vector<RecordWrite>& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(record_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks the pod deleting and SIGTERMs its share-manager.
+  void BeginDelete(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a gone pod (its record paths go to `unlinks`).
+  void Forget(std::map<std::string, LocalPod>::iterator it, std::vector<std::string>& unlinks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, record_mu_);
   // The termination grace of a pod whose daemon runs with `stop_timeout`.
   std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;
   void Monitor();
@@ -178,6 +215,11 @@ class LocalPodRuntime final : public PodRuntime {
 
   // First: released only after everything below (the monitor included) is gone.
   base::FileLock work_dir_lock_;
+  // Held from reading a pod's state under mu_ until its record is written or
+  // removed: a record written from an older state never lands after a newer
+  // one, nor after its pod's removal (nor the removal after a new Create of
+  // the name).
+  absl::Mutex record_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   LocalPodRuntimeOptions options_;
   const std::string boot_id_;  // this boot's; empty when unreadable
   LocalPortTable ports_;

@@ -149,19 +149,74 @@ std::unique_ptr<LocalPodRuntime> OpenRuntime(LocalPodRuntimeOptions options) {
   return *std::move(runtime);
 }
 
-// The fake ganesha's pid from `state_dir`, handed to `reaper`; the test stops
+// The pid a fake writes to `pid_file`, handed to `reaper`; the test stops
 // when it does not appear.
-pid_t WaitGanesha(const std::string& state_dir, Reaper& reaper) {
+pid_t WaitPidFile(const std::string& pid_file, Reaper& reaper) {
   pid_t pid = 0;
   WaitFor(
       [&] {
-        auto text = base::ReadFile(state_dir + "/ganesha.pid");
+        auto text = base::ReadFile(pid_file);
         return text.ok() && (pid = std::atoi(text->c_str())) > 0;
       },
       milliseconds(5000));
   REQUIRE(pid > 0);
   reaper.Add(pid);
   return pid;
+}
+
+// The fake ganesha's pid from `state_dir`.
+pid_t WaitGanesha(const std::string& state_dir, Reaper& reaper) {
+  return WaitPidFile(state_dir + "/ganesha.pid", reaper);
+}
+
+// The fake filesystem check's pid from FakeShareManagerWithFsck's `bin_dir`.
+pid_t WaitFsck(const std::string& bin_dir, Reaper& reaper) {
+  return WaitPidFile(bin_dir + "/e2fsck.pid", reaper);
+}
+
+// A `sleep 30` child (handed to `reaper`) and its start ticks: a live process
+// for records to name.
+std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execlp("sleep", "sleep", "30", nullptr);
+    _exit(127);
+  }
+  reaper.Add(pid);
+  return {pid, RequireOk(base::ReadProcStat(pid)).start_ticks};
+}
+
+// Writes <work_dir>/vol/pods/<file>: pod `name` of volume "vol", its
+// share-manager `pid`, then `rest` (start_ticks= and what else it says).
+void WriteRecord(const std::string& work_dir, const std::string& file, const std::string& name,
+                 uint64_t epoch, pid_t pid, const std::string& rest) {
+  REQUIRE(base::EnsureDirectory(work_dir + "/vol/pods", 0755).ok());
+  REQUIRE(base::WriteFileAtomically(work_dir + "/vol/pods/" + file,
+                                    "name=" + name +
+                                        "\nvolume=vol\nepoch=" + std::to_string(epoch) +
+                                        "\npid=" + std::to_string(pid) + "\n" + rest +
+                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
+              .ok());
+}
+
+// Waits until `runtime` lists no pod of `volume`.
+bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout, const std::string& volume = "vol") {
+  return WaitFor(
+      [&] {
+        auto now = runtime.List(volume);
+        return now.ok() && now->empty();
+      },
+      timeout);
+}
+
+// The record files left under <work_dir>/vol/pods.
+int RecordCount(const std::string& work_dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(work_dir + "/vol/pods")) {
+    n += entry.path().extension() == ".pod";
+  }
+  return n;
 }
 
 }  // namespace
@@ -205,22 +260,9 @@ namespace {
 void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& identity) {
   testing_support::TempDir dir;
   Reaper reaper;
-  const pid_t other = fork();
-  REQUIRE(other >= 0);
-  if (other == 0) {
-    execlp("sleep", "sleep", "30", nullptr);
-    _exit(127);
-  }
-  reaper.Add(other);
-  auto st = base::ReadProcStat(other);
-  REQUIRE(st.has_value());
-  REQUIRE(base::EnsureDirectory(dir.path() + "/vol/pods", 0755).ok());
+  const auto [other, start_ticks] = StartSleeper(reaper);
   const std::string name = PodName("vol", 4);
-  REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/pods/" + name + ".pod",
-                                    "name=" + name + "\nvolume=vol\nepoch=4\npid=" +
-                                        std::to_string(other) + "\n" + identity(st->start_ticks) +
-                                        "started_unix_ms=1\nendpoint=127.0.0.1:1\nnfs_port=2\n")
-              .ok());
+  WriteRecord(dir.path(), name + ".pod", name, 4, other, identity(start_ticks));
   auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
   auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
@@ -234,7 +276,7 @@ void CheckRecordOfAnotherProcess(const std::function<std::string(uint64_t)>& ide
   // A negative wait, the assertion itself: three monitor passes (100 ms) and
   // the pid's present owner was never signalled.
   std::this_thread::sleep_for(milliseconds(300));
-  CHECK(base::ProcessAlive(other, st->start_ticks));
+  CHECK(base::ProcessAlive(other, start_ticks));
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/vol/pods/" + name + ".pod"));
   runtime->Shutdown();
 }
@@ -359,6 +401,74 @@ TEST_CASE("local runtime: an unreadable pod record fails List instead of reading
   CHECK(runtime->List("other").ok());
 }
 
+TEST_CASE(
+    "local runtime: of two records of one pod the one naming live processes is kept, loudly, and "
+    "the other's live processes still die with the pod") {
+  testing_support::TempDir dir;
+  LogCapture log;  // outlives the runtime
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  const auto [a, a_start] = StartSleeper(reaper);
+  const auto [b, b_start] = StartSleeper(reaper);
+  WriteRecord(dir.path(), "a.pod", name, 4, a, "start_ticks=" + std::to_string(a_start) + "\n");
+  WriteRecord(dir.path(), "b.pod", name, 4, b, "start_ticks=" + std::to_string(b_start) + "\n");
+  // A newer epoch, but its process is gone: not the one kept.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  WriteRecord(dir.path(), "c.pod", name, 9, dead,
+              "start_ticks=" + std::to_string(dead_start) + "\n");
+
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0].phase == PodPhase::kRunning);
+  CHECK((*pods)[0].epoch == 4);
+  const pid_t kept = runtime->Pid(name);
+  CHECK((kept == a || kept == b));
+  CHECK(log.Count(name + ": two records name it") == 2);
+  for (const std::string file : {"a.pod", "b.pod", "c.pod"}) {
+    CAPTURE(file);
+    CHECK(log.Count(dir.path() + "/vol/pods/" + file) >= 1);
+  }
+
+  REQUIRE(runtime->Delete(name).ok());
+  CHECK(WaitNoPods(*runtime, milliseconds(3000)));
+  CHECK_FALSE(base::ProcessAlive(a, a_start));
+  CHECK_FALSE(base::ProcessAlive(b, b_start));
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a pod record without a start time is refused on load, and its pid never "
+    "signalled") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const auto [other, start_ticks] = StartSleeper(reaper);
+  const std::string name = PodName("vol", 4);
+  SUBCASE("the share-manager's") {
+    WriteRecord(dir.path(), "x.pod", name, 4, other, "start_ticks=0\n");
+  }
+  SUBCASE("another process's") {
+    WriteRecord(dir.path(), "x.pod", name, 4, other,
+                "start_ticks=" + std::to_string(start_ticks - 1) +
+                    "\nprocs=" + std::to_string(other) + ":0\n");
+  }
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  // Neither "no pod" (a second server) nor a pod whose pid could be anyone's.
+  const auto pods = runtime->List("vol");
+  REQUIRE_FALSE(pods.ok());
+  CHECK(pods.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(pods.status().message().find("start_ticks 0") != std::string::npos);
+  CHECK(runtime->Delete(name).ok());               // nothing known to delete
+  std::this_thread::sleep_for(milliseconds(300));  // a negative wait: three monitor passes
+  CHECK(base::ProcessAlive(other, start_ticks));
+  CHECK(std::filesystem::exists(dir.path() + "/vol/pods/x.pod"));  // left for a human
+  runtime->Shutdown();
+}
+
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
@@ -394,12 +504,7 @@ TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is go
       WaitFor([&] { return !base::ReadProcStat(share_manager).has_value(); }, milliseconds(5000)));
   CHECK(runtime->Delete(pod->name).code() == absl::StatusCode::kUnavailable);
   // After the grace, SIGKILL: then, and only then, gone.
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(ganesha, ganesha_start));
   CHECK(Clock::now() - asked >= milliseconds(1500));
   runtime->Shutdown();
@@ -435,12 +540,7 @@ TEST_CASE("local runtime: a share's own --stop-timeout sets its pod's terminatio
   // Its ganesha ignores SIGTERM: gone only by the SIGKILL at the pod's grace.
   const auto asked = Clock::now();
   REQUIRE(runtime->Delete(pod->name).ok());
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(12'000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(12'000)));
   CHECK(Clock::now() - asked >= milliseconds(5000));
   runtime->Shutdown();
 }
@@ -460,14 +560,7 @@ TEST_CASE(
   REQUIRE(pod.ok());
   const pid_t share_manager = runtime->Pid(pod->name);
   reaper.Add(share_manager);
-  pid_t fsck = 0;
-  REQUIRE(WaitFor(
-      [&] {
-        auto text = base::ReadFile(dir.path() + "/bin/e2fsck.pid");
-        return text.ok() && (fsck = std::atoi(text->c_str())) > 0;
-      },
-      milliseconds(5000)));
-  reaper.Add(fsck);
+  const pid_t fsck = WaitFsck(dir.path() + "/bin", reaper);
   const auto fsck_stat = base::ReadProcStat(fsck);
   REQUIRE(fsck_stat.has_value());
   CHECK(fsck_stat->comm == "e2fsck");
@@ -489,14 +582,65 @@ TEST_CASE(
   CHECK(log.Count(pod->name + ": a filesystem check") == 1);  // said once, not every pass
 
   std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
-  CHECK(WaitFor(
-      [&] {
-        auto now = runtime->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
   CHECK_FALSE(base::ProcessAlive(fsck, fsck_stat->start_ticks));
   runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a runtime that adopts a deleting pod waits for the filesystem check that "
+    "outlived its share-manager, and never SIGKILLs it") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  REQUIRE(base::EnsureDirectory(dir.path() + "/bin", 0755).ok());
+  std::ofstream(dir.path() + "/bin/checking") << "";
+  const LocalPodRuntimeOptions options{
+      .share_manager_binary = FakeShareManagerWithFsck(dir.path() + "/bin"),
+      .work_dir = dir.path(),
+      .termination_grace = milliseconds(300),
+      .stop_pods_on_exit = false};
+  auto first = OpenRuntime(options);
+  auto pod = first->Create(Spec("vol"), 1);
+  REQUIRE(pod.ok());
+  const pid_t share_manager = first->Pid(pod->name);
+  reaper.Add(share_manager);
+  const pid_t fsck = WaitFsck(dir.path() + "/bin", reaper);
+  const auto fsck_start = RequireOk(base::ReadProcStat(fsck)).start_ticks;
+  REQUIRE(first->List("vol").ok());  // the share-manager's child is the pod's from here on
+  // The record names it, with its start time, as soon as it is tracked.
+  const std::string record = dir.path() + "/vol/pods/" + pod->name + ".pod";
+  const std::string fsck_entry = std::to_string(fsck) + ":" + std::to_string(fsck_start);
+  CHECK(WaitFor(
+      [&] {
+        auto text = base::ReadFile(record);
+        return text.ok() && text->find(fsck_entry) != std::string::npos;
+      },
+      milliseconds(2000)));
+
+  // The delete SIGKILLs the share-manager after the grace and spares the
+  // check; then the controller restarts.
+  REQUIRE(first->Delete(pod->name).ok());
+  REQUIRE(WaitFor([&] { return kill(share_manager, 0) != 0; }, milliseconds(3000)));
+  first->ShutdownLeavingPods();
+  first.reset();
+  REQUIRE(base::ProcessAlive(fsck, fsck_start));
+
+  auto second = OpenRuntime(options);
+  auto pods = second->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);  // not gone: a replacement would mount under the check
+  CHECK((*pods)[0].terminating);
+  CHECK((*pods)[0].phase == PodPhase::kFailed);
+  CHECK(second->Delete(pod->name).code() == absl::StatusCode::kUnavailable);  // under way
+  std::this_thread::sleep_for(milliseconds(600));  // a negative wait, twice the grace
+  CHECK(base::ProcessAlive(fsck, fsck_start));
+  CHECK(RequireOk(second->List("vol")).size() == 1);
+
+  std::filesystem::remove(dir.path() + "/bin/checking");  // the check ends by itself
+  CHECK(WaitNoPods(*second, milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(fsck, fsck_start));
+  CHECK(WaitFor([&] { return !std::filesystem::exists(record); }, milliseconds(2000)));
+  second->Shutdown();
 }
 
 TEST_CASE(
@@ -558,12 +702,7 @@ TEST_CASE(
   std::atomic<int> heard{0};
   second->Watch([&](const std::string&) { ++heard; });
   REQUIRE(second->Delete(created.name).ok());
-  CHECK(WaitFor(
-      [&] {
-        auto now = second->List("vol");
-        return now.ok() && now->empty();
-      },
-      milliseconds(5000)));
+  CHECK(WaitNoPods(*second, milliseconds(5000)));
   CHECK(heard > 0);
   second->Shutdown();
 }
@@ -598,8 +737,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "local runtime: two Creates of one pod at once start one share-manager, and a volume named "
-    "'ports' is a volume like any other") {
+    "local runtime: two Creates of one pod at once start one share-manager, a gone pod's name "
+    "can be created again, and a volume named 'ports' is a volume like any other") {
   testing_support::TempDir dir;
   Reaper reaper;
   auto runtime = OpenRuntime({.share_manager_binary = FakeShareManager(dir.path()),
@@ -627,6 +766,12 @@ TEST_CASE(
   REQUIRE_MESSAGE(other.ok(), other.status().ToString());
   reaper.Add(runtime->Pid(other->name));
   CHECK(RequireOk(runtime->List("ports")).size() == 1);
+  // Once gone, its name is free again: a Create of it is no longer under way.
+  REQUIRE(runtime->Delete(other->name).ok());
+  REQUIRE(WaitNoPods(*runtime, milliseconds(5000), "vol-b"));
+  auto again = runtime->Create(Spec("vol-b"), 1);
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+  reaper.Add(runtime->Pid(again->name));
   runtime->Shutdown();
 }
 
