@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/pid_file.h"
 #include "tests/support/program_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
@@ -304,19 +305,14 @@ TEST_CASE("6c. ganesha's orphans are re-parented to share-manager, which reaps t
   {
     std::ofstream out(wrapper);
     out << "#!/bin/sh\n"
-        << "(sleep 60 </dev/null >/dev/null 2>&1 & echo $! >" << pid_file << ".new && mv "
-        << pid_file << ".new " << pid_file << ")\n"
+        << "(sleep 60 </dev/null >/dev/null 2>&1 & " << testing_support::ShellWriteLastPid(pid_file)
+        << ")\n"
         << "exec ganesha.nfsd \"$@\"\n";
   }
   std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
   auto d = StartDaemon({.extra_flags = {"--ganesha-bin", wrapper}});
-  pid_t orphan = 0;
-  REQUIRE(testing_support::WaitFor(
-      [&] {
-        std::ifstream in(pid_file);
-        return static_cast<bool>(in >> orphan);
-      },
-      milliseconds(5000)));
+  const pid_t orphan = testing_support::WaitPidFile(pid_file, milliseconds(5000));
+  REQUIRE(orphan > 0);
   // Killed at the end through a pidfd, which a reused pid cannot fool.
   const base::UniqueFd orphan_fd(static_cast<int>(syscall(SYS_pidfd_open, orphan, 0)));
   REQUIRE(orphan_fd);
@@ -530,8 +526,13 @@ TEST_CASE(
   CHECK(degraded->ganesha_pid() > 0);
   CHECK_FALSE(RequireOk(d->HealthServing("readiness")));
   CHECK(RequireOk(d->HealthServing("liveness")));  // a restart would not fix a bad export
-  // A negative wait, the assertion itself: seven probe intervals, more than the
-  // three misses that would make a hang, and ganesha was not restarted.
-  std::this_thread::sleep_for(milliseconds(1500));
-  CHECK(RequireOk(d->Status()).restart_count() == 0);
+  // A negative wait, the assertion itself: for seven probe intervals, more
+  // than the three misses that would make a hang, checked all along, ganesha
+  // is not restarted.
+  CHECK(testing_support::HoldsFor(
+      [&] {
+        const auto s = d->Status();
+        return s.ok() && s->restart_count() == 0 && s->ganesha_pid() == degraded->ganesha_pid();
+      },
+      milliseconds(1500)));
 }

@@ -16,6 +16,8 @@
 #include "tests/support/make_loop.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/slow_fsck.h"
+#include "tests/support/volume_probes.h"
+#include "tests/support/wait_for.h"
 
 namespace {
 
@@ -143,10 +145,11 @@ TEST_CASE("owner 2. Unmount during a repair is refused, once it ends Unmount hol
   }
   REQUIRE_MESSAGE(unmounted.ok(), unmounted.error_message(), "\n", d->output());
   CHECK(MountSourceOf(d->export_dir()).empty());
-  // A negative wait, the assertion itself: several probe intervals later
-  // nothing has mounted it again.
-  std::this_thread::sleep_for(milliseconds(1000));
-  CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
+  // A negative wait, the assertion itself: for five probe intervals, checked
+  // all along, nothing mounts it again.
+  CHECK_MESSAGE(testing_support::HoldsFor([&] { return MountSourceOf(d->export_dir()).empty(); },
+                                          milliseconds(1000)),
+                d->output());
   auto status = d->Status();
   REQUIRE(status.ok());
   CHECK(status->volume_state() == v1::VOLUME_RELEASED);
@@ -255,8 +258,8 @@ TEST_CASE("owner 7. --export-dir spelled with a trailing or doubled slash serves
          .spell_export_dir = [&](const std::string& dir) { return dir + suffix; }});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     CHECK((*d)->WriteEventually("/slash.txt", "ok").ok());
-    // A negative wait, the assertion itself: three volume probes, no repair loop.
-    std::this_thread::sleep_for(milliseconds(600));
+    // Three volume probes later (seen, not slept for): no repair loop.
+    REQUIRE_MESSAGE(testing_support::WaitVolumeProbes(**d, 3), (*d)->output());
     auto status = (*d)->Status();
     REQUIRE(status.ok());
     CHECK(status->state() == v1::SERVING);
