@@ -2,12 +2,15 @@
 // e2fsck behind a wrapper that can be slowed down and that records every run
 // and every signal it got. Repairs, RPCs and stops never fight over the device.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -61,6 +64,20 @@ grpc::Status CallUnmount(const DaemonProcess& d) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::UnmountResponse resp;
   return d.Stub()->Unmount(&ctx, v1::UnmountRequest(), &resp);
+}
+
+// How often `needle` occurs in `text`.
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+grpc::Status CallTrim(const DaemonProcess& d, milliseconds deadline) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  v1::FilesystemTrimResponse resp;
+  return d.Stub()->FilesystemTrim(&ctx, v1::FilesystemTrimRequest(), &resp);
 }
 
 absl::StatusOr<v1::ShareStatus> WaitRepairing(DaemonProcess& d) {
@@ -281,4 +298,81 @@ TEST_CASE("owner 8. Mount leaves the volume root's permissions alone") {
   struct stat st {};
   REQUIRE(stat(d->export_dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0777);
+}
+
+TEST_CASE(
+    "owner 9. a trim queued behind a running resize gets DEADLINE_EXCEEDED at its caller's "
+    "deadline and is dropped, never run") {
+  testing_support::SlowTool resize2fs("resize2fs", "/usr/sbin/resize2fs");
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  resize2fs.Slow(true);
+  auto resize = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::FilesystemResizeResponse response;
+    return d->Stub()->FilesystemResize(&ctx, v1::FilesystemResizeRequest(), &response);
+  });
+  REQUIRE(resize2fs.WaitCount("start", 1, milliseconds(10'000)));
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto trim = CallTrim(*d, milliseconds(1000));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(trim.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(took >= milliseconds(900));
+  CHECK(took < milliseconds(3000));
+
+  // The server's copy of the deadline ends a little after the client's (it
+  // travels as a timeout): the resize goes on well past both, held by the
+  // slow resize2fs, before it lets the trim's turn come.
+  CHECK(testing_support::HoldsFor(
+      [&] { return resize.wait_for(std::chrono::seconds(0)) == std::future_status::timeout; },
+      milliseconds(300)));
+  resize2fs.Slow(false);
+  REQUIRE(resize.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  const auto resized = resize.get();
+  CHECK_MESSAGE(resized.ok(), resized.error_message());  // nothing to grow: a no-op
+  CHECK(Count(d->output(), "volume: resize starts") == 1);
+  // The owner is not wedged: a trim with time to wait runs.
+  const auto again = CallTrim(*d, milliseconds(30'000));
+  CHECK_MESSAGE(again.ok(), again.error_message());
+  REQUIRE(testing_support::WaitFor([&] { return Count(d->output(), "volume: trim starts") >= 1; },
+                                   milliseconds(5000)));
+  // Only that one ran: the first trim's turn came after its deadline and it
+  // was dropped, not run late.
+  CHECK_MESSAGE(Count(d->output(), "volume: trim starts") == 1, d->output());
+}
+
+TEST_CASE(
+    "owner 10. Unmount of a busy volume is retried while a file is held open there, and "
+    "succeeds once it is closed") {
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  int held = open((d->export_dir() + "/held.txt").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  REQUIRE(held >= 0);
+  struct CloseAtEnd {
+    int& fd;
+    ~CloseAtEnd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_at_end{held};
+  auto unmount = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::UnmountResponse response;
+    return d->Stub()->Unmount(&ctx, v1::UnmountRequest(), &response);
+  });
+  REQUIRE_MESSAGE(
+      testing_support::WaitFor([&] { return Count(d->output(), "target is busy; retrying") >= 2; },
+                               milliseconds(8000)),
+      d->output());
+  CHECK(unmount.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  CHECK(MountSourceOf(d->export_dir()) == loop->path());  // still mounted while held
+  close(held);
+  held = -1;
+  REQUIRE(unmount.wait_for(std::chrono::seconds(15)) == std::future_status::ready);
+  const auto done = unmount.get();
+  CHECK_MESSAGE(done.ok(), done.error_message());
+  CHECK(MountSourceOf(d->export_dir()).empty());
+  CHECK(RequireOk(d->Status()).volume_state() == v1::VOLUME_RELEASED);
 }

@@ -1,5 +1,5 @@
-// A slow, observable e2fsck for tests: a wrapper first in PATH for the
-// share-manager daemons a test starts (they inherit the environment).
+// A slow, observable filesystem tool for tests: a wrapper first in PATH for
+// the share-manager daemons a test starts (they inherit the environment).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -18,15 +18,15 @@
 
 namespace testing_support {
 
-// An `e2fsck` first in PATH for the daemons this test starts: it logs each
-// run ("start ARGS"), sleeps while the file `slow` exists (interruptibly), logs
+// A `name` first in PATH for the daemons this test starts: it logs each run
+// ("start ARGS"), sleeps while the file `slow` exists (interruptibly), logs
 // "TERM" and exits 32 (as e2fsck does when interrupted) on SIGTERM, then runs
-// the real e2fsck. A SIGKILL leaves "start" without "TERM" or "run". The
-// previous PATH comes back and the directory goes away, pass or fail.
-class SlowFsck {
+// the real tool at `real`. A SIGKILL leaves "start" without "TERM" or "run".
+// The previous PATH comes back and the directory goes away, pass or fail.
+class SlowTool {
  public:
-  SlowFsck() : dir_(temp_.path()) {
-    const std::string script = dir_ + "/e2fsck";
+  SlowTool(const std::string& name, const std::string& real) : dir_(temp_.path()) {
+    const std::string script = dir_ + "/" + name;
     std::ofstream(script) << "#!/bin/sh\n"
                           << "log=" << dir_ << "/log\n"
                           << "echo \"start $*\" >>\"$log\"\n"
@@ -34,14 +34,14 @@ class SlowFsck {
                           << "while [ -e " << dir_ << "/slow ]; do sleep 0.1 & wait $!; done\n"
                           << "trap - TERM\n"
                           << "echo \"run $*\" >>\"$log\"\n"
-                          << "exec /usr/sbin/e2fsck \"$@\"\n";
+                          << "exec " << real << " \"$@\"\n";
     REQUIRE(chmod(script.c_str(), 0755) == 0);
     old_path_ = std::getenv("PATH") ? std::getenv("PATH") : "";
     setenv("PATH", (dir_ + ":" + old_path_).c_str(), 1);
   }
-  ~SlowFsck() { setenv("PATH", old_path_.c_str(), 1); }
-  SlowFsck(const SlowFsck&) = delete;
-  SlowFsck& operator=(const SlowFsck&) = delete;
+  ~SlowTool() { setenv("PATH", old_path_.c_str(), 1); }
+  SlowTool(const SlowTool&) = delete;
+  SlowTool& operator=(const SlowTool&) = delete;
 
   void Slow(bool slow) const {
     if (slow) {
@@ -71,6 +71,12 @@ class SlowFsck {
   TempDir temp_;
   const std::string dir_;
   std::string old_path_;
+};
+
+// The real e2fsck behind a SlowTool.
+class SlowFsck : public SlowTool {
+ public:
+  SlowFsck() : SlowTool("e2fsck", "/usr/sbin/e2fsck") {}
 };
 
 }  // namespace testing_support
