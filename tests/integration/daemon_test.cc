@@ -116,6 +116,11 @@ class HealthWatch {
     REQUIRE(stream_->Read(&response));
     return response.status();
   }
+  // Whether another message comes before the stream ends.
+  bool More() {
+    Health response;
+    return stream_->Read(&response);
+  }
 
  private:
   std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
@@ -535,4 +540,153 @@ TEST_CASE(
         return s.ok() && s->restart_count() == 0 && s->ganesha_pid() == degraded->ganesha_pid();
       },
       milliseconds(1500)));
+}
+
+namespace {
+
+// A daemon started by hand (not through DaemonProcess) for a start that must
+// fail: its exit code and output. Directories are given by the caller.
+supervisor::ProgramResult RunDaemonUntilExit(const std::string& export_dir,
+                                             const std::string& state_dir) {
+  return RunCommand({ShareManagerBinary(), "daemon", "--volume", "pvc-unusable", "--export-dir",
+                     export_dir, "--state-dir", state_dir, "--nfs-address", "127.0.0.1",
+                     "--nfs-port", std::to_string(base::FreeLoopbackPort()), "--listen",
+                     "127.0.0.1:" + std::to_string(base::FreeLoopbackPort())},
+                    milliseconds(10'000));
+}
+
+v1::UnmountResponse CallUnmount(const DaemonProcess& d, uint64_t epoch, grpc::Status* rpc) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::UnmountRequest req;
+  req.set_epoch(epoch);
+  v1::UnmountResponse resp;
+  *rpc = d.Stub()->Unmount(&ctx, req, &resp);
+  return resp;
+}
+
+}  // namespace
+
+TEST_CASE("an unusable state dir or export dir: exit code 4, saying which, no ganesha started") {
+  const testing_support::TempDir temp("sharemgr-unusable");
+  // A regular file where the directory should be: valid flags, unusable directory.
+  const std::string file = temp.path() + "/a-file";
+  std::ofstream(file) << "not a directory";
+  SUBCASE("state dir") {
+    const auto r = RunDaemonUntilExit(temp.path() + "/export", file);
+    CHECK(r.exit_code == 4);
+    CHECK_MESSAGE(r.output.find(file + " is not a directory") != std::string::npos, r.output);
+    CHECK(r.output.find("started ganesha") == std::string::npos);
+  }
+  SUBCASE("export dir") {
+    const auto r = RunDaemonUntilExit(file, temp.path() + "/state");
+    CHECK(r.exit_code == 4);
+    CHECK_MESSAGE(r.output.find(file + " is not a directory") != std::string::npos, r.output);
+    CHECK(r.output.find("started ganesha") == std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "the unmount command withdraws the export (exit 0), refuses a stale epoch (exit 3), and probe "
+    "then exits 4 for readiness, 0 for liveness") {
+  auto d = StartDaemon({.extra_flags = {"--epoch", "7"}});
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  const auto stale = RunCommand(
+      {ShareManagerBinary(), "unmount", "--addr", d->addr(), "--epoch", "6", "--timeout", "3s"});
+  CHECK(stale.exit_code == 3);
+  CHECK_MESSAGE(stale.output.find("stale epoch") != std::string::npos, stale.output);
+  CHECK(RequireOk(d->Status()).exported());  // refused: nothing withdrawn
+
+  const auto unmounted = RunCommand({ShareManagerBinary(), "unmount", "--addr", d->addr(),
+                                     "--epoch", "7", "--json", "--timeout", "3s"});
+  CHECK_MESSAGE(unmounted.exit_code == 0, unmounted.output);
+  CHECK_MESSAGE(unmounted.output.find("\"exported\":false") != std::string::npos, unmounted.output);
+  const auto status = RequireOk(d->Status());
+  CHECK_FALSE(status.exported());
+  CHECK(status.state() == v1::DEGRADED);
+  CHECK(status.ganesha_pid() == ganesha);  // ganesha keeps running
+
+  // grpc_health_probe's codes: 4 is "the service is NOT_SERVING".
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "readiness"})
+            .exit_code == 4);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr()}).exit_code == 4);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "liveness"})
+            .exit_code == 0);
+}
+
+TEST_CASE(
+    "Unmount is fenced and idempotent: another epoch is refused with the export kept, a second "
+    "Unmount answers OK and changes nothing") {
+  auto d = StartDaemon({.extra_flags = {"--epoch", "3"}});
+  grpc::Status rpc;
+  CallUnmount(*d, 4, &rpc);
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(rpc.error_message().find("stale epoch") != std::string::npos);
+  CallUnmount(*d, 2, &rpc);
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(RequireOk(d->Status()).state() == v1::SERVING);
+  CHECK(RequireOk(d->Status()).exported());
+
+  const auto first = CallUnmount(*d, 3, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK_FALSE(first.status().exported());
+  const auto settled =
+      d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::DEGRADED; },
+                 milliseconds(5000), "DEGRADED after Unmount");
+  REQUIRE_MESSAGE(settled.ok(), settled.status().ToString());
+  const auto second = CallUnmount(*d, 0, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK_FALSE(second.status().exported());
+  const auto after = RequireOk(d->Status());
+  // Nothing changed: no new status was published, same ganesha, same generation.
+  CHECK(after.version() == settled->version());
+  CHECK(after.ganesha_pid() == settled->ganesha_pid());
+  CHECK(after.remount_generation() == settled->remount_generation());
+  CHECK(after.restart_count() == 0);
+}
+
+TEST_CASE("WatchStatus: each change is one message whose version is the previous one plus 1") {
+  auto d = StartDaemon();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = d->Stub()->WatchStatus(&context, v1::WatchStatusRequest());
+  v1::ShareStatus last;
+  REQUIRE(stream->Read(&last));
+  REQUIRE(last.state() == v1::SERVING);
+  auto stub = d->Stub();
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    // One change at a time: "one more" remount generation on a SERVING share.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::MountResponse resp;
+    REQUIRE(stub->Mount(&ctx, v1::MountRequest(), &resp).ok());
+    v1::ShareStatus next;
+    REQUIRE(stream->Read(&next));
+    CHECK(next.remount_generation() == last.remount_generation() + 1);
+    CHECK(next.version() == last.version() + 1);
+    CHECK(next.version() == RequireOk(d->Status()).version());  // and nothing since
+    last = next;
+  }
+  context.TryCancel();
+}
+
+TEST_CASE(
+    "SIGTERM: a health Watch in flight sees NOT_SERVING at once and is ended within the 1 s drain, "
+    "not left open") {
+  auto d = StartDaemon();
+  HealthWatch readiness(*d, "readiness");  // its own deadline is 20 s away
+  REQUIRE(readiness.Next() == Health::SERVING);
+  const auto term = Clock::now();
+  d->Signal(SIGTERM);
+  CHECK(readiness.Next() == Health::NOT_SERVING);
+  CHECK(Clock::now() - term < milliseconds(500));
+  while (readiness.More()) {
+  }
+  // A health Watch never ends by itself: the server gave it the whole 1 s
+  // drain, then cut it (with room for a busy machine).
+  const auto ended = Clock::now() - term;
+  CHECK(ended >= milliseconds(900));
+  CHECK(ended < milliseconds(2500));
+  CHECK(RequireOk(d->WaitExit(milliseconds(10'000))) == 0);
 }
