@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -375,4 +376,66 @@ TEST_CASE(
   CHECK_MESSAGE(done.ok(), done.error_message());
   CHECK(MountSourceOf(d->export_dir()).empty());
   CHECK(RequireOk(d->Status()).volume_state() == v1::VOLUME_RELEASED);
+}
+
+TEST_CASE(
+    "owner 11. a full repair whose check fails is tried again 0.5 s, then 1 s later, and the third "
+    "attempt serves") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(d->WriteEventually("/precious.txt", "kept").ok());
+  const size_t checks = fsck.StartTimesNs().size();  // the start-up check
+  const uint64_t before = RequireOk(d->Status()).remount_generation();
+  fsck.FailNext(2);
+  TriggerExt4Error(*loop);
+  const auto repaired = d->WaitFor(
+      [&](const v1::ShareStatus& s) {
+        return s.state() == v1::SERVING && s.remount_generation() > before;
+      },
+      milliseconds(30'000), "repaired by the third attempt");
+  REQUIRE_MESSAGE(repaired.ok(), repaired.status().ToString(), "\n", d->output());
+  CHECK(repaired->remount_generation() == before + 1);
+  CHECK(fsck.Count("fail") == 2);
+  CHECK(d->output().find("attempt 1/3") != std::string::npos);
+  CHECK(d->output().find("attempt 2/3") != std::string::npos);
+  const auto starts = fsck.StartTimesNs();
+  REQUIRE(starts.size() == checks + 3);
+  // Between two checks: the pause, then the export drain (200 ms) and the unmount.
+  const auto gap = [&](size_t i) { return milliseconds((starts[i + 1] - starts[i]) / 1'000'000); };
+  CHECK(gap(checks) >= milliseconds(500));
+  CHECK(gap(checks) < milliseconds(1000));
+  CHECK(gap(checks + 1) >= milliseconds(1000));
+  CHECK(gap(checks + 1) < milliseconds(1500));
+  CHECK(RequireOk(d->ReadEventually("/precious.txt")) == "kept");
+}
+
+TEST_CASE(
+    "owner 12. the status's size_bytes and free_bytes are the export's statvfs, read_only is set "
+    "once a filesystem error made it read-only") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(testing_support::WaitVolumeProbes(*d, 1));
+  struct statvfs vfs {};
+  const auto matches = [&] {
+    const auto s = d->Status();
+    if (!s.ok() || statvfs(d->export_dir().c_str(), &vfs) != 0) return false;
+    return s->size_bytes() == static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize &&
+           s->free_bytes() == static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  };
+  CHECK_MESSAGE(testing_support::WaitFor(matches, milliseconds(5000)),
+                RequireOk(d->Status()).ShortDebugString());
+  CHECK(vfs.f_bavail > 0);
+  CHECK_FALSE(RequireOk(d->Status()).read_only());
+
+  fsck.Slow(true);  // the repair waits in its check: the error stays visible
+  TriggerExt4Error(*loop);
+  const auto repairing = WaitRepairing(*d);
+  REQUIRE_MESSAGE(repairing.ok(), repairing.status().ToString());
+  CHECK(repairing->read_only());
+  fsck.Slow(false);
+  const auto serving = d->WaitServing(milliseconds(30'000));
+  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString());
+  CHECK_FALSE(serving->read_only());
 }

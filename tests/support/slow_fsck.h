@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
@@ -19,10 +20,11 @@
 namespace testing_support {
 
 // A `name` first in PATH for the daemons this test starts: it logs each run
-// ("start ARGS"), sleeps while the file `slow` exists (interruptibly), logs
-// "TERM" and exits 32 (as e2fsck does when interrupted) on SIGTERM, then runs
-// the real tool at `real`. A SIGKILL leaves "start" without "TERM" or "run".
-// The previous PATH comes back and the directory goes away, pass or fail.
+// ("start ARGS", and its time), fails on request (FailNext), sleeps while the
+// file `slow` exists (interruptibly), logs "TERM" and exits 32 (as e2fsck does
+// when interrupted) on SIGTERM, then runs the real tool at `real`. A SIGKILL
+// leaves "start" without "TERM" or "run". The previous PATH comes back and the
+// directory goes away, pass or fail.
 class SlowTool {
  public:
   SlowTool(const std::string& name, const std::string& real) : dir_(temp_.path()) {
@@ -30,6 +32,11 @@ class SlowTool {
     std::ofstream(script) << "#!/bin/sh\n"
                           << "log=" << dir_ << "/log\n"
                           << "echo \"start $*\" >>\"$log\"\n"
+                          << "date +%s%N >>" << dir_ << "/starts\n"
+                          << "fail=" << dir_ << "/fail\n"
+                          << "if [ -s \"$fail\" ]; then n=$(cat \"$fail\"); echo $((n - 1)) "
+                          << ">\"$fail\"; [ \"$n\" -gt 0 ] && { echo \"fail $*\" >>\"$log\"; "
+                          << "exit 8; }; fi\n"
                           << "trap 'echo TERM >>\"$log\"; exit 32' TERM\n"
                           << "while [ -e " << dir_ << "/slow ]; do sleep 0.1 & wait $!; done\n"
                           << "trap - TERM\n"
@@ -49,6 +56,16 @@ class SlowTool {
     } else {
       std::filesystem::remove(dir_ + "/slow");
     }
+  }
+  // The next `runs` runs log "fail ARGS" and exit 8 (an operational error)
+  // without running the real tool.
+  void FailNext(int runs) const { std::ofstream(dir_ + "/fail") << runs << "\n"; }
+  // When each run started, in order (CLOCK_REALTIME, ns).
+  std::vector<int64_t> StartTimesNs() const {
+    std::ifstream in(dir_ + "/starts");
+    std::vector<int64_t> out;
+    for (int64_t t = 0; in >> t;) out.push_back(t);
+    return out;
   }
   std::string log() const {
     std::ifstream in(dir_ + "/log");
