@@ -690,3 +690,63 @@ TEST_CASE(
   CHECK(ended < milliseconds(2500));
   CHECK(RequireOk(d->WaitExit(milliseconds(10'000))) == 0);
 }
+
+TEST_CASE(
+    "lines of ganesha's log file reach share-manager's log tagged [ganesha], at the level their "
+    "severity maps to") {
+  auto d = StartDaemon();
+  // ganesha's own lines came through already (it logs its start-up at EVENT).
+  CHECK(d->output().find("[ganesha] nfs-ganesha-") != std::string::npos);
+  const std::string marker = "forwarding-marker-" + std::to_string(getpid());
+  const std::pair<const char*, const char*> severities[] = {
+      {"EVENT", "info"}, {"WARN", "warning"}, {"MAJ", "error"}, {"CRIT", "critical"}};
+  {
+    // Appended the way ganesha writes it: its date, epoch and host first.
+    std::ofstream log(d->state_dir() + "/ganesha.log", std::ios::app);
+    for (const auto& [severity, level] : severities) {
+      log << "30/11/2026 00:00:00 : epoch 1 : host : nfs-ganesha-1[main] test :NFS STARTUP :"
+          << severity << " :" << marker << "-" << severity << "\n";
+    }
+  }
+  for (const auto& [severity, level] : severities) {
+    CAPTURE(severity);
+    const std::string needle = marker + "-" + severity;
+    REQUIRE(
+        WaitFor([&] { return d->output().find(needle) != std::string::npos; }, milliseconds(5000)));
+    const std::string out = d->output();
+    const auto at = out.find(needle);
+    const auto begin = out.rfind('\n', at) + 1;
+    const std::string line = out.substr(begin, out.find('\n', at) - begin);
+    CAPTURE(line);
+    // "<time> <level> [ganesha] nfs-ganesha-1[main] ...": ganesha's own prefix dropped.
+    CHECK(line.find(std::string(" ") + level + " ") != std::string::npos);
+    CHECK(line.find("[ganesha] nfs-ganesha-1[main] test :NFS STARTUP :") != std::string::npos);
+    CHECK(line.find("epoch 1") == std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "a frozen ganesha (SIGSTOP) whose NULL probes hang: GetStatus and health answer within 500 ms "
+    "all along and liveness stays SERVING past the 3 s stall limit") {
+  // Probes wait their whole 1 s timeout on a ganesha that accepts and never
+  // answers; twenty misses before a kill, so the hang lasts the whole check.
+  auto d = StartDaemon({.extra_flags = {"--probe-interval", "1s", "--probe-failures", "20"}});
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  REQUIRE(ganesha > 0);
+  REQUIRE(KillPid(ganesha, SIGSTOP) == 0);
+  struct ContinueAtEnd {
+    pid_t pid;
+    ~ContinueAtEnd() { kill(pid, SIGCONT); }
+  } continue_at_end{ganesha};
+  REQUIRE(WaitFor([&] { return d->output().find("NFS NULL probe missed") != std::string::npos; },
+                  milliseconds(5000)));
+  const auto answers = [&] {
+    const auto start = Clock::now();
+    const auto status = d->Status(milliseconds(500));
+    const auto live = d->HealthServing("liveness", milliseconds(500));
+    return status.ok() && status->ganesha_pid() == ganesha && live.ok() && *live &&
+           Clock::now() - start < milliseconds(1000);
+  };
+  CHECK_MESSAGE(testing_support::HoldsFor(answers, milliseconds(3500)), d->output());
+  CHECK(d->output().find("liveness NOT_SERVING") == std::string::npos);
+}
