@@ -30,14 +30,17 @@ class SlowTool {
   SlowTool(const std::string& name, const std::string& real) : dir_(temp_.path()) {
     const std::string script = dir_ + "/" + name;
     std::ofstream(script) << "#!/bin/sh\n"
-                          << "log=" << dir_ << "/log\n"
-                          << "echo \"start $*\" >>\"$log\"\n"
+                          << "log=" << dir_
+                          << "/log\n"
+                          // Trapped before "start" is logged: a test that signals
+                          // once it sees "start" always finds the trap in place.
+                          << "trap 'echo TERM >>\"$log\"; exit 32' TERM\n"
                           << "date +%s%N >>" << dir_ << "/starts\n"
+                          << "echo \"start $*\" >>\"$log\"\n"
                           << "fail=" << dir_ << "/fail\n"
                           << "if [ -s \"$fail\" ]; then n=$(cat \"$fail\"); echo $((n - 1)) "
                           << ">\"$fail\"; [ \"$n\" -gt 0 ] && { echo \"fail $*\" >>\"$log\"; "
                           << "exit 8; }; fi\n"
-                          << "trap 'echo TERM >>\"$log\"; exit 32' TERM\n"
                           << "while [ -e " << dir_ << "/slow ]; do sleep 0.1 & wait $!; done\n"
                           << "trap - TERM\n"
                           << "echo \"run $*\" >>\"$log\"\n"
