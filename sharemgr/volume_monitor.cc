@@ -261,10 +261,10 @@ void VolumeMonitor::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_mount_options(
       health_.mount.mounted ? absl::StrCat(health_.mount.vfs_options, " ", health_.mount.fs_options)
                             : "");
-  if (health_.condition == VolumeCondition::kReadOnly ||
-      health_.condition == VolumeCondition::kFsError) {
-    status.set_read_only(true);
-  }
+  // Set both ways: the published status is edited in place, so a flag only
+  // ever set would stay true after the repair.
+  status.set_read_only(health_.condition == VolumeCondition::kReadOnly ||
+                       health_.condition == VolumeCondition::kFsError);
 }
 
 void VolumeMonitor::FillUsage(sharemanager::v1::ShareStatus& status) const {

@@ -87,6 +87,29 @@ check("container/k8s holds a Pod with a share-manager container and a Service", 
     }
   }
 });
+// README "Kubernetes manifests": the probe timings, the grace period and the
+// restart policy it documents are the ones shipped.
+const documented = {
+  startupProbe: { service: "liveness", periodSeconds: 2, failureThreshold: 30 },
+  livenessProbe: { service: "liveness", periodSeconds: 10, failureThreshold: 3 },
+  readinessProbe: { service: "readiness", periodSeconds: 2, failureThreshold: 1 },
+};
+for (const pod of pods) {
+  const c = ((pod.spec && pod.spec.containers) || []).find((x) => x.name === "share-manager") || {};
+  for (const [probe, want] of Object.entries(documented)) {
+    check(`Pod ${pod.metadata.name}: ${probe} on ${want.service} every ${want.periodSeconds} s, ${want.failureThreshold} failures (README)`, () => {
+      const p = c[probe] || {};
+      const got = { service: p.grpc && p.grpc.service, periodSeconds: p.periodSeconds, failureThreshold: p.failureThreshold };
+      if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`is ${JSON.stringify(got)}`);
+    });
+  }
+  check(`Pod ${pod.metadata.name}: restartPolicy Never, terminationGracePeriodSeconds 45 (README)`, () => {
+    if (pod.spec.restartPolicy !== "Never") throw new Error(`restartPolicy ${pod.spec.restartPolicy}`);
+    if (pod.spec.terminationGracePeriodSeconds !== 45) {
+      throw new Error(`terminationGracePeriodSeconds ${pod.spec.terminationGracePeriodSeconds}`);
+    }
+  });
+}
 // Each Service selects a share-manager pod and targets a port it declares.
 for (const svc of services) {
   check(`Service ${svc.metadata.name} selects a pod and targets its NFS port`, () => {

@@ -191,6 +191,7 @@ Clock::time_point WaitAllGone(const std::vector<OldProcess>& old) {
   return Clock::now();
 }
 
+using testing_support::HoldsFor;
 using testing_support::WaitFor;
 
 void CheckAllReadBack(uint16_t port, const std::vector<std::string>& files) {
@@ -299,11 +300,16 @@ TEST_CASE("6. a repair longer than the unhealthy grace: the pod is kept, same ep
   REQUIRE_MESSAGE(
       WaitFor([&] { return cluster.Status().phase() == pb::REPAIRING; }, milliseconds(5000)),
       cluster.Describe());
-  // A negative wait, the assertion itself: five times the 1 s unhealthy grace,
-  // and the repairing pod is neither replaced nor given a new epoch.
-  std::this_thread::sleep_for(milliseconds(5000));
-  CHECK_MESSAGE(cluster.Status().phase() == pb::REPAIRING, cluster.Describe());
-  CHECK(cluster.Status().epoch() == first.epoch());
+  // A negative wait, the assertion itself: for five times the 1 s unhealthy
+  // grace, checked all along, the repairing pod is neither replaced nor given
+  // a new epoch.
+  CHECK_MESSAGE(HoldsFor(
+                    [&] {
+                      const auto now = cluster.Status();
+                      return now.phase() == pb::REPAIRING && now.epoch() == first.epoch();
+                    },
+                    milliseconds(5000)),
+                cluster.Describe());
   fsck.Slow(false);
   REQUIRE_MESSAGE(cluster.WaitRunning(first.epoch(), milliseconds(30'000)), cluster.Describe());
   const auto after = cluster.Status();
@@ -394,9 +400,15 @@ TEST_CASE("a controller restart over the same work dir adopts the running pod, s
   CHECK(runtime.NfsPort(kVolume) == port);
   Controller second(store, runtime, connector, clock, controller_options);
   REQUIRE(second.Start().ok());
-  // A negative wait, the assertion itself: many resyncs (200 ms) and a whole
-  // unhealthy grace (1 s) later, the adopted pod was not replaced.
-  std::this_thread::sleep_for(milliseconds(3000));
+  // A negative wait, the assertion itself: for many resyncs (200 ms) and
+  // three unhealthy graces (1 s), checked all along, the adopted pod stays.
+  CHECK(HoldsFor(
+      [&] {
+        const auto now = store.Get(kVolume);
+        return now.ok() && now->status().phase() == pb::RUNNING &&
+               now->status().epoch() == before.epoch() && now->status().pod() == pod;
+      },
+      milliseconds(3000)));
   const auto after = RequireOk(store.Get(kVolume)).status();
   CHECK_MESSAGE(after.phase() == pb::RUNNING, after.ShortDebugString());
   CHECK(after.epoch() == before.epoch());

@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/nfs_client.h"
+#include "tests/support/pid_file.h"
 #include "tests/support/program_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
@@ -114,6 +115,11 @@ class HealthWatch {
     Health response;
     REQUIRE(stream_->Read(&response));
     return response.status();
+  }
+  // Whether another message comes before the stream ends.
+  bool More() {
+    Health response;
+    return stream_->Read(&response);
   }
 
  private:
@@ -304,19 +310,14 @@ TEST_CASE("6c. ganesha's orphans are re-parented to share-manager, which reaps t
   {
     std::ofstream out(wrapper);
     out << "#!/bin/sh\n"
-        << "(sleep 60 </dev/null >/dev/null 2>&1 & echo $! >" << pid_file << ".new && mv "
-        << pid_file << ".new " << pid_file << ")\n"
+        << "(sleep 60 </dev/null >/dev/null 2>&1 & " << testing_support::ShellWriteLastPid(pid_file)
+        << ")\n"
         << "exec ganesha.nfsd \"$@\"\n";
   }
   std::filesystem::permissions(wrapper, std::filesystem::perms::owner_all);
   auto d = StartDaemon({.extra_flags = {"--ganesha-bin", wrapper}});
-  pid_t orphan = 0;
-  REQUIRE(testing_support::WaitFor(
-      [&] {
-        std::ifstream in(pid_file);
-        return static_cast<bool>(in >> orphan);
-      },
-      milliseconds(5000)));
+  const pid_t orphan = testing_support::WaitPidFile(pid_file, milliseconds(5000));
+  REQUIRE(orphan > 0);
   // Killed at the end through a pidfd, which a reused pid cannot fool.
   const base::UniqueFd orphan_fd(static_cast<int>(syscall(SYS_pidfd_open, orphan, 0)));
   REQUIRE(orphan_fd);
@@ -531,8 +532,222 @@ TEST_CASE(
   CHECK(degraded->ganesha_pid() > 0);
   CHECK_FALSE(RequireOk(d->HealthServing("readiness")));
   CHECK(RequireOk(d->HealthServing("liveness")));  // a restart would not fix a bad export
-  // A negative wait, the assertion itself: seven probe intervals, more than the
-  // three misses that would make a hang, and ganesha was not restarted.
-  std::this_thread::sleep_for(milliseconds(1500));
-  CHECK(RequireOk(d->Status()).restart_count() == 0);
+  // A negative wait, the assertion itself: for seven probe intervals, more
+  // than the three misses that would make a hang, checked all along, ganesha
+  // is not restarted.
+  CHECK(testing_support::HoldsFor(
+      [&] {
+        const auto s = d->Status();
+        return s.ok() && s->restart_count() == 0 && s->ganesha_pid() == degraded->ganesha_pid();
+      },
+      milliseconds(1500)));
+}
+
+namespace {
+
+// A daemon started by hand (not through DaemonProcess) for a start that must
+// fail: its exit code and output. Directories are given by the caller.
+supervisor::ProgramResult RunDaemonUntilExit(const std::string& export_dir,
+                                             const std::string& state_dir) {
+  return RunCommand({ShareManagerBinary(), "daemon", "--volume", "pvc-unusable", "--export-dir",
+                     export_dir, "--state-dir", state_dir, "--nfs-address", "127.0.0.1",
+                     "--nfs-port", std::to_string(base::FreeLoopbackPort()), "--listen",
+                     "127.0.0.1:" + std::to_string(base::FreeLoopbackPort())},
+                    milliseconds(10'000));
+}
+
+v1::UnmountResponse CallUnmount(const DaemonProcess& d, uint64_t epoch, grpc::Status* rpc) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::UnmountRequest req;
+  req.set_epoch(epoch);
+  v1::UnmountResponse resp;
+  *rpc = d.Stub()->Unmount(&ctx, req, &resp);
+  return resp;
+}
+
+}  // namespace
+
+TEST_CASE("an unusable state dir or export dir: exit code 4, saying which, no ganesha started") {
+  const testing_support::TempDir temp("sharemgr-unusable");
+  // A regular file where the directory should be: valid flags, unusable directory.
+  const std::string file = temp.path() + "/a-file";
+  std::ofstream(file) << "not a directory";
+  SUBCASE("state dir") {
+    const auto r = RunDaemonUntilExit(temp.path() + "/export", file);
+    CHECK(r.exit_code == 4);
+    CHECK_MESSAGE(r.output.find(file + " is not a directory") != std::string::npos, r.output);
+    CHECK(r.output.find("started ganesha") == std::string::npos);
+  }
+  SUBCASE("export dir") {
+    const auto r = RunDaemonUntilExit(file, temp.path() + "/state");
+    CHECK(r.exit_code == 4);
+    CHECK_MESSAGE(r.output.find(file + " is not a directory") != std::string::npos, r.output);
+    CHECK(r.output.find("started ganesha") == std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "the unmount command withdraws the export (exit 0), refuses a stale epoch (exit 3), and probe "
+    "then exits 4 for readiness, 0 for liveness") {
+  auto d = StartDaemon({.extra_flags = {"--epoch", "7"}});
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  const auto stale = RunCommand(
+      {ShareManagerBinary(), "unmount", "--addr", d->addr(), "--epoch", "6", "--timeout", "3s"});
+  CHECK(stale.exit_code == 3);
+  CHECK_MESSAGE(stale.output.find("stale epoch") != std::string::npos, stale.output);
+  CHECK(RequireOk(d->Status()).exported());  // refused: nothing withdrawn
+
+  const auto unmounted = RunCommand({ShareManagerBinary(), "unmount", "--addr", d->addr(),
+                                     "--epoch", "7", "--json", "--timeout", "3s"});
+  CHECK_MESSAGE(unmounted.exit_code == 0, unmounted.output);
+  CHECK_MESSAGE(unmounted.output.find("\"exported\":false") != std::string::npos, unmounted.output);
+  const auto status = RequireOk(d->Status());
+  CHECK_FALSE(status.exported());
+  CHECK(status.state() == v1::DEGRADED);
+  CHECK(status.ganesha_pid() == ganesha);  // ganesha keeps running
+
+  // grpc_health_probe's codes: 4 is "the service is NOT_SERVING".
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "readiness"})
+            .exit_code == 4);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr()}).exit_code == 4);
+  CHECK(RunCommand({ShareManagerBinary(), "probe", "--addr", d->addr(), "--service", "liveness"})
+            .exit_code == 0);
+}
+
+TEST_CASE(
+    "Unmount is fenced and idempotent: another epoch is refused with the export kept, a second "
+    "Unmount answers OK and changes nothing") {
+  auto d = StartDaemon({.extra_flags = {"--epoch", "3"}});
+  grpc::Status rpc;
+  CallUnmount(*d, 4, &rpc);
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(rpc.error_message().find("stale epoch") != std::string::npos);
+  CallUnmount(*d, 2, &rpc);
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(RequireOk(d->Status()).state() == v1::SERVING);
+  CHECK(RequireOk(d->Status()).exported());
+
+  const auto first = CallUnmount(*d, 3, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK_FALSE(first.status().exported());
+  const auto settled =
+      d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::DEGRADED; },
+                 milliseconds(5000), "DEGRADED after Unmount");
+  REQUIRE_MESSAGE(settled.ok(), settled.status().ToString());
+  const auto second = CallUnmount(*d, 0, &rpc);
+  REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+  CHECK_FALSE(second.status().exported());
+  const auto after = RequireOk(d->Status());
+  // Nothing changed: no new status was published, same ganesha, same generation.
+  CHECK(after.version() == settled->version());
+  CHECK(after.ganesha_pid() == settled->ganesha_pid());
+  CHECK(after.remount_generation() == settled->remount_generation());
+  CHECK(after.restart_count() == 0);
+}
+
+TEST_CASE("WatchStatus: each change is one message whose version is the previous one plus 1") {
+  auto d = StartDaemon();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = d->Stub()->WatchStatus(&context, v1::WatchStatusRequest());
+  v1::ShareStatus last;
+  REQUIRE(stream->Read(&last));
+  REQUIRE(last.state() == v1::SERVING);
+  auto stub = d->Stub();
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    // One change at a time: "one more" remount generation on a SERVING share.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::MountResponse resp;
+    REQUIRE(stub->Mount(&ctx, v1::MountRequest(), &resp).ok());
+    v1::ShareStatus next;
+    REQUIRE(stream->Read(&next));
+    CHECK(next.remount_generation() == last.remount_generation() + 1);
+    CHECK(next.version() == last.version() + 1);
+    CHECK(next.version() == RequireOk(d->Status()).version());  // and nothing since
+    last = next;
+  }
+  context.TryCancel();
+}
+
+TEST_CASE(
+    "SIGTERM: a health Watch in flight sees NOT_SERVING at once and is ended within the 1 s drain, "
+    "not left open") {
+  auto d = StartDaemon();
+  HealthWatch readiness(*d, "readiness");  // its own deadline is 20 s away
+  REQUIRE(readiness.Next() == Health::SERVING);
+  const auto term = Clock::now();
+  d->Signal(SIGTERM);
+  CHECK(readiness.Next() == Health::NOT_SERVING);
+  CHECK(Clock::now() - term < milliseconds(500));
+  while (readiness.More()) {
+  }
+  // A health Watch never ends by itself: the server gave it the whole 1 s
+  // drain, then cut it (with room for a busy machine).
+  const auto ended = Clock::now() - term;
+  CHECK(ended >= milliseconds(900));
+  CHECK(ended < milliseconds(2500));
+  CHECK(RequireOk(d->WaitExit(milliseconds(10'000))) == 0);
+}
+
+TEST_CASE(
+    "lines of ganesha's log file reach share-manager's log tagged [ganesha], at the level their "
+    "severity maps to") {
+  auto d = StartDaemon();
+  // ganesha's own lines came through already (it logs its start-up at EVENT).
+  CHECK(d->output().find("[ganesha] nfs-ganesha-") != std::string::npos);
+  const std::string marker = "forwarding-marker-" + std::to_string(getpid());
+  const std::pair<const char*, const char*> severities[] = {
+      {"EVENT", "info"}, {"WARN", "warning"}, {"MAJ", "error"}, {"CRIT", "critical"}};
+  {
+    // Appended the way ganesha writes it: its date, epoch and host first.
+    std::ofstream log(d->state_dir() + "/ganesha.log", std::ios::app);
+    for (const auto& [severity, level] : severities) {
+      log << "30/11/2026 00:00:00 : epoch 1 : host : nfs-ganesha-1[main] test :NFS STARTUP :"
+          << severity << " :" << marker << "-" << severity << "\n";
+    }
+  }
+  for (const auto& [severity, level] : severities) {
+    CAPTURE(severity);
+    const std::string needle = marker + "-" + severity;
+    REQUIRE(
+        WaitFor([&] { return d->output().find(needle) != std::string::npos; }, milliseconds(5000)));
+    const std::string out = d->output();
+    const auto at = out.find(needle);
+    const auto begin = out.rfind('\n', at) + 1;
+    const std::string line = out.substr(begin, out.find('\n', at) - begin);
+    CAPTURE(line);
+    // "<time> <level> [ganesha] nfs-ganesha-1[main] ...": ganesha's own prefix dropped.
+    CHECK(line.find(std::string(" ") + level + " ") != std::string::npos);
+    CHECK(line.find("[ganesha] nfs-ganesha-1[main] test :NFS STARTUP :") != std::string::npos);
+    CHECK(line.find("epoch 1") == std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "a frozen ganesha (SIGSTOP) whose NULL probes hang: GetStatus and health answer within 500 ms "
+    "all along and liveness stays SERVING past the 3 s stall limit") {
+  // Probes wait their whole 1 s timeout on a ganesha that accepts and never
+  // answers; twenty misses before a kill, so the hang lasts the whole check.
+  auto d = StartDaemon({.extra_flags = {"--probe-interval", "1s", "--probe-failures", "20"}});
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  REQUIRE(ganesha > 0);
+  REQUIRE(KillPid(ganesha, SIGSTOP) == 0);
+  struct ContinueAtEnd {
+    pid_t pid;
+    ~ContinueAtEnd() { kill(pid, SIGCONT); }
+  } continue_at_end{ganesha};
+  REQUIRE(WaitFor([&] { return d->output().find("NFS NULL probe missed") != std::string::npos; },
+                  milliseconds(5000)));
+  const auto answers = [&] {
+    const auto start = Clock::now();
+    const auto status = d->Status(milliseconds(500));
+    const auto live = d->HealthServing("liveness", milliseconds(500));
+    return status.ok() && status->ganesha_pid() == ganesha && live.ok() && *live &&
+           Clock::now() - start < milliseconds(1000);
+  };
+  CHECK_MESSAGE(testing_support::HoldsFor(answers, milliseconds(3500)), d->output());
+  CHECK(d->output().find("liveness NOT_SERVING") == std::string::npos);
 }

@@ -2,12 +2,16 @@
 // e2fsck behind a wrapper that can be slowed down and that records every run
 // and every signal it got. Repairs, RPCs and stops never fight over the device.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +20,8 @@
 #include "tests/support/make_loop.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/slow_fsck.h"
+#include "tests/support/volume_probes.h"
+#include "tests/support/wait_for.h"
 
 namespace {
 
@@ -59,6 +65,20 @@ grpc::Status CallUnmount(const DaemonProcess& d) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::UnmountResponse resp;
   return d.Stub()->Unmount(&ctx, v1::UnmountRequest(), &resp);
+}
+
+// How often `needle` occurs in `text`.
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+grpc::Status CallTrim(const DaemonProcess& d, milliseconds deadline) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  v1::FilesystemTrimResponse resp;
+  return d.Stub()->FilesystemTrim(&ctx, v1::FilesystemTrimRequest(), &resp);
 }
 
 absl::StatusOr<v1::ShareStatus> WaitRepairing(DaemonProcess& d) {
@@ -143,10 +163,11 @@ TEST_CASE("owner 2. Unmount during a repair is refused, once it ends Unmount hol
   }
   REQUIRE_MESSAGE(unmounted.ok(), unmounted.error_message(), "\n", d->output());
   CHECK(MountSourceOf(d->export_dir()).empty());
-  // A negative wait, the assertion itself: several probe intervals later
-  // nothing has mounted it again.
-  std::this_thread::sleep_for(milliseconds(1000));
-  CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
+  // A negative wait, the assertion itself: for five probe intervals, checked
+  // all along, nothing mounts it again.
+  CHECK_MESSAGE(testing_support::HoldsFor([&] { return MountSourceOf(d->export_dir()).empty(); },
+                                          milliseconds(1000)),
+                d->output());
   auto status = d->Status();
   REQUIRE(status.ok());
   CHECK(status->volume_state() == v1::VOLUME_RELEASED);
@@ -255,8 +276,8 @@ TEST_CASE("owner 7. --export-dir spelled with a trailing or doubled slash serves
          .spell_export_dir = [&](const std::string& dir) { return dir + suffix; }});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     CHECK((*d)->WriteEventually("/slash.txt", "ok").ok());
-    // A negative wait, the assertion itself: three volume probes, no repair loop.
-    std::this_thread::sleep_for(milliseconds(600));
+    // Three volume probes later (seen, not slept for): no repair loop.
+    REQUIRE_MESSAGE(testing_support::WaitVolumeProbes(**d, 3), (*d)->output());
     auto status = (*d)->Status();
     REQUIRE(status.ok());
     CHECK(status->state() == v1::SERVING);
@@ -278,4 +299,143 @@ TEST_CASE("owner 8. Mount leaves the volume root's permissions alone") {
   struct stat st {};
   REQUIRE(stat(d->export_dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0777);
+}
+
+TEST_CASE(
+    "owner 9. a trim queued behind a running resize gets DEADLINE_EXCEEDED at its caller's "
+    "deadline and is dropped, never run") {
+  testing_support::SlowTool resize2fs("resize2fs", "/usr/sbin/resize2fs");
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  resize2fs.Slow(true);
+  auto resize = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::FilesystemResizeResponse response;
+    return d->Stub()->FilesystemResize(&ctx, v1::FilesystemResizeRequest(), &response);
+  });
+  REQUIRE(resize2fs.WaitCount("start", 1, milliseconds(10'000)));
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto trim = CallTrim(*d, milliseconds(1000));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(trim.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(took >= milliseconds(900));
+  CHECK(took < milliseconds(3000));
+
+  // The server's copy of the deadline ends a little after the client's (it
+  // travels as a timeout): the resize goes on well past both, held by the
+  // slow resize2fs, before it lets the trim's turn come.
+  CHECK(testing_support::HoldsFor(
+      [&] { return resize.wait_for(std::chrono::seconds(0)) == std::future_status::timeout; },
+      milliseconds(300)));
+  resize2fs.Slow(false);
+  REQUIRE(resize.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  const auto resized = resize.get();
+  CHECK_MESSAGE(resized.ok(), resized.error_message());  // nothing to grow: a no-op
+  CHECK(Count(d->output(), "volume: resize starts") == 1);
+  // The owner is not wedged: a trim with time to wait runs.
+  const auto again = CallTrim(*d, milliseconds(30'000));
+  CHECK_MESSAGE(again.ok(), again.error_message());
+  REQUIRE(testing_support::WaitFor([&] { return Count(d->output(), "volume: trim starts") >= 1; },
+                                   milliseconds(5000)));
+  // Only that one ran: the first trim's turn came after its deadline and it
+  // was dropped, not run late.
+  CHECK_MESSAGE(Count(d->output(), "volume: trim starts") == 1, d->output());
+}
+
+TEST_CASE(
+    "owner 10. Unmount of a busy volume is retried while a file is held open there, and "
+    "succeeds once it is closed") {
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  int held = open((d->export_dir() + "/held.txt").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  REQUIRE(held >= 0);
+  struct CloseAtEnd {
+    int& fd;
+    ~CloseAtEnd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_at_end{held};
+  auto unmount = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    v1::UnmountResponse response;
+    return d->Stub()->Unmount(&ctx, v1::UnmountRequest(), &response);
+  });
+  REQUIRE_MESSAGE(
+      testing_support::WaitFor([&] { return Count(d->output(), "target is busy; retrying") >= 2; },
+                               milliseconds(8000)),
+      d->output());
+  CHECK(unmount.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  CHECK(MountSourceOf(d->export_dir()) == loop->path());  // still mounted while held
+  close(held);
+  held = -1;
+  REQUIRE(unmount.wait_for(std::chrono::seconds(15)) == std::future_status::ready);
+  const auto done = unmount.get();
+  CHECK_MESSAGE(done.ok(), done.error_message());
+  CHECK(MountSourceOf(d->export_dir()).empty());
+  CHECK(RequireOk(d->Status()).volume_state() == v1::VOLUME_RELEASED);
+}
+
+TEST_CASE(
+    "owner 11. a full repair whose check fails is tried again 0.5 s, then 1 s later, and the third "
+    "attempt serves") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(d->WriteEventually("/precious.txt", "kept").ok());
+  const size_t checks = fsck.StartTimesNs().size();  // the start-up check
+  const uint64_t before = RequireOk(d->Status()).remount_generation();
+  fsck.FailNext(2);
+  TriggerExt4Error(*loop);
+  const auto repaired = d->WaitFor(
+      [&](const v1::ShareStatus& s) {
+        return s.state() == v1::SERVING && s.remount_generation() > before;
+      },
+      milliseconds(30'000), "repaired by the third attempt");
+  REQUIRE_MESSAGE(repaired.ok(), repaired.status().ToString(), "\n", d->output());
+  CHECK(repaired->remount_generation() == before + 1);
+  CHECK(fsck.Count("fail") == 2);
+  CHECK(d->output().find("attempt 1/3") != std::string::npos);
+  CHECK(d->output().find("attempt 2/3") != std::string::npos);
+  const auto starts = fsck.StartTimesNs();
+  REQUIRE(starts.size() == checks + 3);
+  // Between two checks: the pause, then the export drain (200 ms) and the unmount.
+  const auto gap = [&](size_t i) { return milliseconds((starts[i + 1] - starts[i]) / 1'000'000); };
+  CHECK(gap(checks) >= milliseconds(500));
+  CHECK(gap(checks) < milliseconds(1000));
+  CHECK(gap(checks + 1) >= milliseconds(1000));
+  CHECK(gap(checks + 1) < milliseconds(1500));
+  CHECK(RequireOk(d->ReadEventually("/precious.txt")) == "kept");
+}
+
+TEST_CASE(
+    "owner 12. the status's size_bytes and free_bytes are the export's statvfs, read_only is set "
+    "once a filesystem error made it read-only") {
+  SlowFsck fsck;
+  auto loop = MakeExt4();
+  auto d = Start(*loop);
+  REQUIRE(testing_support::WaitVolumeProbes(*d, 1));
+  struct statvfs vfs {};
+  const auto matches = [&] {
+    const auto s = d->Status();
+    if (!s.ok() || statvfs(d->export_dir().c_str(), &vfs) != 0) return false;
+    return s->size_bytes() == static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize &&
+           s->free_bytes() == static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  };
+  CHECK_MESSAGE(testing_support::WaitFor(matches, milliseconds(5000)),
+                RequireOk(d->Status()).ShortDebugString());
+  CHECK(vfs.f_bavail > 0);
+  CHECK_FALSE(RequireOk(d->Status()).read_only());
+
+  fsck.Slow(true);  // the repair waits in its check: the error stays visible
+  TriggerExt4Error(*loop);
+  const auto repairing = WaitRepairing(*d);
+  REQUIRE_MESSAGE(repairing.ok(), repairing.status().ToString());
+  CHECK(repairing->read_only());
+  fsck.Slow(false);
+  const auto serving = d->WaitServing(milliseconds(30'000));
+  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString());
+  CHECK_FALSE(serving->read_only());
 }

@@ -18,6 +18,7 @@
 #include "tests/support/require_ok.h"
 #include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/volume_probes.h"
 #include "tests/support/wait_for.h"
 
 namespace {
@@ -126,7 +127,8 @@ TEST_CASE(
   const auto seen = RemountReadOnlyUntilRepaired(*d, before);
   CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
-  std::this_thread::sleep_for(milliseconds(600));  // several probes later: no further bumps
+  // Three volume probes later (seen, not slept for): no further bumps.
+  REQUIRE_MESSAGE(testing_support::WaitVolumeProbes(*d, 3), d->output());
   CHECK(RequireOk(d->Status()).remount_generation() == before + 1);
   CHECK(d->WriteEventually("/after-remount.txt", "ok").ok());
 }
@@ -411,8 +413,14 @@ TEST_CASE("volume 7c. a device that appears late: alive while awaited, then serv
          .wait_until_serving = false});
     REQUIRE_MESSAGE(d.ok(), d.status().ToString());
     // A negative wait, the assertion itself: longer than the loop stall limit
-    // (3 s), and waiting for an attach is not a wedged daemon.
-    std::this_thread::sleep_for(milliseconds(4000));
+    // (3 s), liveness checked all along: waiting for an attach is not a
+    // wedged daemon.
+    const auto alive = [&] {
+      const auto live = (*d)->HealthServing("liveness");
+      return live.ok() && *live;
+    };
+    REQUIRE(testing_support::WaitFor(alive, milliseconds(10'000)));  // gRPC is up
+    CHECK(testing_support::HoldsFor(alive, milliseconds(4000)));
     const auto live = (*d)->HealthServing("liveness");
     const auto ready = (*d)->HealthServing("readiness");
     REQUIRE(live.ok());
@@ -444,10 +452,12 @@ TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected 
                      "DEGRADED")
               .ok());
   CHECK(MountSourceOf(d->export_dir()).empty());  // unexported, then unmounted
-  // A negative wait, the assertion itself: two volume probes (200 ms) see the
-  // volume unmounted and do not "repair" it.
-  std::this_thread::sleep_for(milliseconds(500));
-  CHECK_MESSAGE(MountSourceOf(d->export_dir()).empty(), d->output());
+  // A negative wait, the assertion itself: for two volume probe intervals
+  // (200 ms) the volume stays unmounted, checked all along: nothing
+  // "repairs" a volume released by Unmount.
+  CHECK_MESSAGE(testing_support::HoldsFor([&] { return MountSourceOf(d->export_dir()).empty(); },
+                                          milliseconds(500)),
+                d->output());
   {
     grpc::ClientContext ctx;
     v1::MountResponse resp;

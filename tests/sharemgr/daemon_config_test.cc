@@ -31,6 +31,26 @@ TEST_CASE("defaults follow the volume name and are valid") {
   CHECK(cmd[1] == "-F");
 }
 
+TEST_CASE(
+    "Longhorn's defaults: gRPC on 0.0.0.0:9600, NFS on 0.0.0.0:2049, ext4 from "
+    "/dev/longhorn/<volume> at /export/<volume>, data engine v1") {
+  DaemonFlags flags;
+  flags.volume = "pvc-lh";
+  CHECK(flags.listen == "0.0.0.0:9600");
+  CHECK(flags.nfs_address == "0.0.0.0");
+  CHECK(flags.nfs_port == 2049);
+  CHECK(flags.data_engine == "v1");
+  const auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->listen == "0.0.0.0:9600");
+  CHECK(config->ganesha.input().bind_address == "0.0.0.0");
+  CHECK(config->ganesha.input().nfs_port == 2049);
+  REQUIRE(config->volume.has_value());
+  CHECK(config->volume->device == "/dev/longhorn/pvc-lh");
+  CHECK(config->volume->target == "/export/pvc-lh");
+  CHECK(config->volume->fs == FsType::kExt4);
+}
+
 // README "Restart policy", "Health" and the flag table, as shipped: what the
 // restart-policy and health-publisher tests (which pick their own options)
 // never see. The policy's behaviour with these defaults: restart_policy_test.

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "sharemgr/health_names.h"
+#include "tests/support/wait_for.h"
 
 namespace sharemgr {
 namespace {
@@ -92,11 +93,11 @@ TEST_CASE("a supervisor loop that has not started yet is not a stall") {
   std::atomic<int64_t> tick_ms{0};  // the volume is still being checked and mounted
   HealthPublisher publisher(
       health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(50));
-  // A negative wait, the assertion itself: sixteen watchdog checks (every
-  // 50 ms / 4) find the loop never ran, and liveness never flips.
-  std::this_thread::sleep_for(milliseconds(200));
-  CHECK(health.Get(kLivenessService));
-  CHECK(health.Sets(kLivenessService) == 1);
+  // A negative wait, the assertion itself: for sixteen watchdog checks (every
+  // 50 ms / 4), checked all along, the loop never ran and liveness never flips.
+  CHECK(testing_support::HoldsFor(
+      [&] { return health.Get(kLivenessService) && health.Sets(kLivenessService) == 1; },
+      milliseconds(200)));
 
   tick_ms = 1;  // it ran once, long ago, and is stuck since
   CHECK(WaitUntil([&] { return !health.Get(kLivenessService); }));
@@ -121,11 +122,12 @@ TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and 
     HealthPublisher publisher(
         health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, kStallLimit);
     publisher.OnState(State::kServing);
-    // A negative wait, the assertion itself: two watchdog checks (every 250 ms)
-    // of a ticking loop, and liveness was never set again (no flip and back).
-    std::this_thread::sleep_for(milliseconds(600));
-    CHECK(health.Get(kLivenessService));
-    CHECK(health.Sets(kLivenessService) == 1);
+    // A negative wait, the assertion itself: for two watchdog checks (every
+    // 250 ms) of a ticking loop, checked all along, liveness is never set
+    // again (no flip and back).
+    CHECK(testing_support::HoldsFor(
+        [&] { return health.Get(kLivenessService) && health.Sets(kLivenessService) == 1; },
+        milliseconds(600)));
 
     ticking = false;  // the loop is stuck from now on
     loop.join();

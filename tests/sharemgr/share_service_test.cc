@@ -7,22 +7,96 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "tests/support/wait_for.h"
 
 namespace sharemgr {
 namespace {
 
 namespace v1 = sharemanager::v1;
+using std::chrono::milliseconds;
 
 // Stands in for the supervisor loop: runs each posted task on a thread.
 struct FakeLoop {
   void Post(std::function<void()> task) { std::thread(std::move(task)).detach(); }
 };
 
+using SystemClock = std::chrono::system_clock;
+
+// A supervisor loop that is busy for good: it takes every task and never runs
+// it (kept, so that the handler's promise stays pending, not broken).
+struct StuckLoop {
+  std::mutex mu;
+  std::vector<std::function<void()>> tasks;
+  void Post(std::function<void()> task) {
+    std::lock_guard lock(mu);
+    tasks.push_back(std::move(task));
+  }
+  size_t Posted() {
+    std::lock_guard lock(mu);
+    return tasks.size();
+  }
+};
+
 }  // namespace
+
+TEST_CASE(
+    "a mutation the busy loop never runs answers DEADLINE_EXCEEDED after 10 s, reads answer at "
+    "once meanwhile") {
+  StatusBoard board;
+  board.Update([](v1::ShareStatus& s) {
+    s.set_state(v1::SERVING);
+    s.set_volume("pvc-busy");
+  });
+  StuckLoop loop;
+  std::vector<ShareCommands::Deadline> attach_deadlines;
+  ShareService service(
+      board,
+      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
+                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
+                    .attach_volume =
+                        [&](ShareCommands::Deadline d) {
+                          attach_deadlines.push_back(d);
+                          return absl::OkStatus();
+                        }},
+      ShareServiceLimits{});
+  // The caller sent no deadline at all (a ServerContext's is infinite).
+  const auto start = SystemClock::now();
+  auto mount = std::async(std::launch::async, [&] {
+    grpc::ServerContext context;
+    v1::MountRequest request;
+    v1::MountResponse response;
+    const auto status = service.Mount(&context, &request, &response);
+    return std::pair{status, SystemClock::now() - start};
+  });
+  REQUIRE(testing_support::WaitFor([&] { return loop.Posted() == 1; }, milliseconds(5000)));
+  // The Mount is waiting on the loop: a status read does not queue behind it.
+  for (int i = 0; i < 5; ++i) {
+    grpc::ServerContext context;
+    v1::GetStatusRequest request;
+    v1::ShareStatus status;
+    const auto read_start = SystemClock::now();
+    REQUIRE(service.GetStatus(&context, &request, &status).ok());
+    CHECK(SystemClock::now() - read_start < milliseconds(1000));  // not the Mount's 10 s
+    CHECK(status.volume() == "pvc-busy");
+    CHECK(status.state() == v1::SERVING);
+  }
+  CHECK(mount.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  REQUIRE(mount.wait_for(std::chrono::seconds(15)) == std::future_status::ready);
+  const auto [status, took] = mount.get();
+  CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(took >= std::chrono::seconds(10));
+  CHECK(took < milliseconds(11'000));  // 10 s, then at most one 250 ms re-check
+  // The volume step before the loop got the same 10 s bound, not "never".
+  REQUIRE(attach_deadlines.size() == 1);
+  CHECK(attach_deadlines[0] <= start + std::chrono::seconds(10) + milliseconds(100));
+  CHECK(attach_deadlines[0] >= start + std::chrono::seconds(9));
+}
 
 TEST_CASE("a fenced share-manager refuses mutations carrying another epoch or none") {
   StatusBoard board;

@@ -12,11 +12,14 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
 #include <thread>
 
+#include "tests/support/pid_file.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
 
 namespace supervisor {
@@ -264,10 +267,21 @@ TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then th
 
 TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
   BecomeSubreaper();
-  // sh starts a grandchild and exits; the grandchild is re-parented to us and must be reaped.
-  Harness h(FastOptions(), {"sh", "-c", "(sleep 0.2 &); exec sleep 1000"});
+  const testing_support::TempDir dir("sharemgr-orphan");
+  const std::string pid_file = dir.path() + "/orphan.pid";
+  // sh starts a grandchild, says its pid and exits; the grandchild is
+  // re-parented to us, exits after 0.2 s and must be reaped.
+  Harness h(FastOptions(), {"sh", "-c",
+                            "(sleep 0.2 & " + testing_support::ShellWriteLastPid(pid_file) +
+                                "); exec sleep 1000"});
   h.WaitFor(StateIs(State::kServing));
-  std::this_thread::sleep_for(milliseconds(600));
+  const pid_t orphan = testing_support::WaitPidFile(pid_file, milliseconds(5000));
+  REQUIRE(orphan > 0);
+  // Reaped: no /proc entry is left, not even a zombie's (only its parent,
+  // this process, can reap it, and only the supervisor here reaps).
+  CHECK(testing_support::WaitFor(
+      [&] { return !std::filesystem::exists("/proc/" + std::to_string(orphan)); },
+      milliseconds(5000)));
   siginfo_t info{};
   // Nothing but the supervised child may be waitable (it is alive, so nothing at all).
   CHECK(waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0);
