@@ -616,8 +616,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "Unmount is fenced and idempotent: another epoch is refused with the export kept, a second "
-    "Unmount answers OK and changes nothing") {
+    "Unmount is fenced and idempotent: another epoch or none is refused with the export kept, a "
+    "second Unmount answers OK and changes nothing") {
   auto d = StartDaemon({.extra_flags = {"--epoch", "3"}});
   grpc::Status rpc;
   CallUnmount(*d, 4, &rpc);
@@ -635,7 +635,9 @@ TEST_CASE(
       d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::DEGRADED; },
                  milliseconds(5000), "DEGRADED after Unmount");
   REQUIRE_MESSAGE(settled.ok(), settled.status().ToString());
-  const auto second = CallUnmount(*d, 0, &rpc);
+  CallUnmount(*d, 0, &rpc);  // no epoch: refused by a fenced daemon, export or not
+  CHECK(rpc.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  const auto second = CallUnmount(*d, 3, &rpc);
   REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
   CHECK_FALSE(second.status().exported());
   const auto after = RequireOk(d->Status());
