@@ -459,6 +459,39 @@ TEST_CASE("StatusWatch reports each status, then 'unreachable' when the share-ma
   CHECK(saw([](const auto& e) { return !e.status.has_value() && !e.error.empty(); }));
 }
 
+TEST_CASE(
+    "StatusWatch reports a frozen share-manager unreachable through keepalive (10 s ping, 2 s "
+    "timeout), though its connection stays open") {
+  auto d = testing_support::DaemonProcess::Start();
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool serving = false;
+  std::optional<std::chrono::steady_clock::time_point> unreachable_at;
+  StatusWatch watch((*d)->addr(), [&](const StatusWatch::Event& e) {
+    std::lock_guard lock(mu);
+    if (e.status && e.status->state() == sharemanager::v1::SERVING) serving = true;
+    if (!e.status && !unreachable_at) unreachable_at = std::chrono::steady_clock::now();
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return serving; }));
+  }
+  // Frozen, not gone: the kernel keeps the TCP connection up, no error
+  // arrives on the stream; only an unanswered keepalive ping tells.
+  const auto frozen_at = std::chrono::steady_clock::now();
+  (*d)->Signal(SIGSTOP);
+  std::unique_lock lock(mu);
+  const bool noticed =
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return unreachable_at.has_value(); });
+  lock.unlock();
+  (*d)->Signal(SIGCONT);
+  REQUIRE(noticed);
+  // Not a plain reconnect's failure: it took the ping's wait.
+  CHECK(*unreachable_at - frozen_at >= std::chrono::seconds(2));
+}
+
 }  // namespace controller
 
 namespace controller {
