@@ -436,34 +436,31 @@ absl::Status VolumeOwner::Release(Deadline deadline) {
       deadline);
 }
 
-absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
-  auto trimmed = std::make_shared<uint64_t>(0);
+template <typename T>
+absl::StatusOr<T> VolumeOwner::RunMountedOp(const char* what,
+                                            absl::StatusOr<T> (Volume::*op)() const,
+                                            Deadline deadline) {
+  // Shared with the job, which may finish after the caller gave up waiting.
+  auto result = std::make_shared<T>();
   auto status = RunForCaller(
-      "trim", [this](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, "trim"); },
-      [this, trimmed]() -> absl::Status {
-        auto bytes = volume_.Trim();
-        if (!bytes.ok()) return bytes.status();
-        *trimmed = *bytes;
+      what, [this, what](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, what); },
+      [this, op, result]() -> absl::Status {
+        auto value = (volume_.*op)();
+        if (!value.ok()) return value.status();
+        *result = *std::move(value);
         return absl::OkStatus();
       },
       deadline);
   if (!status.ok()) return status;
-  return *trimmed;
+  return *result;
+}
+
+absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
+  return RunMountedOp("trim", &Volume::Trim, deadline);
 }
 
 absl::StatusOr<ResizeResult> VolumeOwner::Resize(Deadline deadline) {
-  auto resized = std::make_shared<ResizeResult>();
-  auto status = RunForCaller(
-      "resize", [this](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, "resize"); },
-      [this, resized]() -> absl::Status {
-        auto result = volume_.Resize();
-        if (!result.ok()) return result.status();
-        *resized = *result;
-        return absl::OkStatus();
-      },
-      deadline);
-  if (!status.ok()) return status;
-  return *resized;
+  return RunMountedOp("resize", &Volume::Resize, deadline);
 }
 
 void VolumeOwner::BeginStop() {

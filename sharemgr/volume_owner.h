@@ -130,6 +130,10 @@ class VolumeOwner {
   // Queues a job for an RPC and waits for its outcome until `deadline`.
   absl::Status RunForCaller(std::string name, std::function<absl::Status(VolumeState)> admit,
                             std::function<absl::Status()> run, Deadline deadline);
+  // RunForCaller for a volume operation that needs the volume mounted.
+  template <typename T>
+  absl::StatusOr<T> RunMountedOp(const char* what, absl::StatusOr<T> (Volume::*op)() const,
+                                 Deadline deadline);
   void ThreadMain();
   void SetState(VolumeState state, std::string detail);
   void SetRepair(std::optional<RepairInfo> repair);
