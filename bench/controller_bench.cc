@@ -255,15 +255,31 @@ double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];  // nearest rank
 }
 
-int64_t MemAvailableKiB() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
+// A /proc/PID file's "Key: N kB" value (0 when unreadable).
+int64_t ProcKiB(pid_t pid, const std::string& file, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
+  std::string word;
   int64_t value = 0;
-  while (in >> key >> value) {
-    if (key == "MemAvailable:") return value;
-    in.ignore(256, '\n');
+  while (in >> word) {
+    if (word == key && in >> value) return value;
   }
   return 0;
+}
+
+// The memory of a pod's share-manager and its children (ganesha), as PSS:
+// shared library pages are split among the processes that map them, so the
+// sum over pods is what they cost together.
+struct PodMemory {
+  int64_t share_manager_kib = 0;
+  int64_t ganesha_kib = 0;
+};
+PodMemory MemoryOf(pid_t share_manager) {
+  PodMemory m{.share_manager_kib = ProcKiB(share_manager, "smaps_rollup", "Pss:")};
+  const std::string pid = std::to_string(share_manager);
+  std::ifstream children("/proc/" + pid + "/task/" + pid + "/children");
+  pid_t child = 0;
+  while (children >> child) m.ganesha_kib += ProcKiB(child, "smaps_rollup", "Pss:");
+  return m;
 }
 
 // Removes a temp dir on the way out, after everything declared after it.
@@ -287,7 +303,6 @@ struct TempDir {
 // shares (as the controller's workers: one share on one worker at a time).
 void LivePods(int pods, const std::vector<int>& thread_counts, double seconds,
               int64_t rpc_timeout_ms) {
-  const int64_t mem_before = MemAvailableKiB();
   TempDir dir;
   auto runtime = bench::ValueOrAbort(
       controller::LocalPodRuntime::Open(controller::LocalPodRuntimeOptions{
@@ -322,7 +337,13 @@ void LivePods(int pods, const std::vector<int>& thread_counts, double seconds,
     std::this_thread::sleep_for(milliseconds(50));
   }
   const double start_s = bench::Ms(Clock::now() - started) / 1000;
-  const int64_t mem_used_mib = (mem_before - MemAvailableKiB()) / 1024;
+  PodMemory memory;
+  for (const auto& name : names) {
+    const auto pod = bench::ValueOrAbort(store.Get(name), "store Get").status().pod();
+    const auto m = MemoryOf(bench::PidOrAbort(runtime->Pid(pod), "pod " + pod));
+    memory.share_manager_kib += m.share_manager_kib;
+    memory.ganesha_kib += m.ganesha_kib;
+  }
   connector.Take();
   std::set<int> done;
   for (int wanted : thread_counts) {
@@ -357,8 +378,11 @@ void LivePods(int pods, const std::vector<int>& thread_counts, double seconds,
     std::cout.flush();
   }
   std::cout << absl::StrFormat(
-      "|  | (%d pods: all RUNNING %.1f s after the first pass; MemAvailable %d MiB lower) |\n",
-      pods, start_s, mem_used_mib);
+      "|  | (%d pods: all RUNNING %.1f s after the first pass; PSS of the pods: share-managers "
+      "%.1f "
+      "MiB, ganeshas %.1f MiB) |\n",
+      pods, start_s, static_cast<double>(memory.share_manager_kib) / 1024,
+      static_cast<double>(memory.ganesha_kib) / 1024);
   std::cout.flush();
   runtime->Shutdown();  // every pod gone before the temp dir is removed
 }
