@@ -64,7 +64,7 @@ lcov --quiet "${rc[@]}" --extract "$out/all.info" "${patterns[@]}" --output-file
 
 {
   echo "coverage of the unit + integration tests, $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git)"
-  printf '%-12s %22s %22s %22s\n' folder lines functions branches
+  printf '%-12s %-22s %-22s %-22s\n' folder lines functions branches
   for f in "${folders[@]}" total; do
     if [[ $f == total ]]; then
       info=$out/project.info
@@ -77,8 +77,8 @@ lcov --quiet "${rc[@]}" --extract "$out/all.info" "${patterns[@]}" --output-file
       $1 == "LF" { lf += $2 } $1 == "LH" { lh += $2 }
       $1 == "FNF" { ff += $2 } $1 == "FNH" { fh += $2 }
       $1 == "BRF" { bf += $2 } $1 == "BRH" { bh += $2 }
-      function pct(h, n) { return n ? sprintf("%5.1f%% %6d/%-6d", 100 * h / n, h, n) : "     -" }
-      END { printf "%-12s %22s %22s %22s\n", name, pct(lh, lf), pct(fh, ff), pct(bh, bf) }' "$info"
+      function pct(h, n) { return n ? sprintf("%5.1f%% %5d/%-5d", 100 * h / n, h, n) : "     -" }
+      END { printf "%-12s %-22s %-22s %-22s\n", name, pct(lh, lf), pct(fh, ff), pct(bh, bf) }' "$info"
   done
 } >"$out/summary.txt"
 
