@@ -18,13 +18,21 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using testing_support::TempDir;
 
+// Starts `sleep 30` in the background and writes its PID to `ready` once it
+// runs sleep: between fork and exec the child is still the shell, and a
+// SIGTERM caught there by the inherited trap is lost with the exec (the sleep
+// then outlives the test).
+std::string BackgroundSleep(const std::string& ready) {
+  return "sleep 30 & p=$!; until [ \"$(cat /proc/$p/comm 2>/dev/null)\" = sleep ]; do :; done; "
+         "echo $p > " +
+         ready + ".tmp; mv " + ready + ".tmp " + ready;
+}
+
 // A shell that answers SIGTERM with "got TERM" and exit 7, after starting a
 // child of its own (sleep, in its process group) whose PID it writes to
 // `ready`, once the trap is in place.
 std::vector<std::string> TrappingShell(const std::string& ready) {
-  return {"sh", "-c",
-          "trap 'echo got TERM; exit 7' TERM; sleep 30 & echo $! > " + ready + ".tmp; mv " + ready +
-              ".tmp " + ready + "; wait"};
+  return {"sh", "-c", "trap 'echo got TERM; exit 7' TERM; " + BackgroundSleep(ready) + "; wait"};
 }
 
 // The PID the program wrote to `ready`, waiting for it up to 10 s.
@@ -89,7 +97,7 @@ TEST_CASE("run_program: a no-kill timeout sends SIGTERM and waits for the progra
   // The trap takes its time: the timeout must wait for it, never SIGKILL.
   const auto result = RunProgram(
       {"sh", "-c",
-       "trap 'sleep 0.5; echo got TERM; exit 7' TERM; sleep 30 & echo $! > " + ready + "; wait"},
+       "trap 'sleep 0.5; echo got TERM; exit 7' TERM; " + BackgroundSleep(ready) + "; wait"},
       {.timeout = milliseconds(500), .at_timeout = AtTimeout::kTerminate});
   CHECK(result.timed_out);
   CHECK_FALSE(result.stopped);
