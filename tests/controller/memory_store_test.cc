@@ -73,6 +73,12 @@ TEST_CASE("watchers hear about every change") {
   CHECK(seen == std::vector<std::string>{"a", "a", "a"});
 }
 
+TEST_CASE("Update and Delete of a share the store does not hold are NotFound") {
+  MemoryStore store;
+  CHECK(store.Update(Record("nope")).status().code() == absl::StatusCode::kNotFound);
+  CHECK(store.Delete("nope").code() == absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("a file-backed store survives a restart") {
   TempDir dir;
   const std::string path = dir.path() + "/store.jsonl";
@@ -175,6 +181,28 @@ TEST_CASE("many writes leave only the store file beside it and no fd open on it"
     const auto target = std::filesystem::read_symlink(entry.path(), ec);
     CHECK_MESSAGE(target.string().find(dir.path()) == std::string::npos, target.string());
   }
+}
+
+TEST_CASE(
+    "a Create, Update or Delete that cannot be written to the store file is undone in memory") {
+  testing_support::TempDir dir;
+  const std::string sub = dir.path() + "/store";
+  std::filesystem::create_directory(sub);
+  auto opened = MemoryStore::OpenFile(sub + "/shares");
+  REQUIRE(opened.ok());
+  MemoryStore& store = **opened;
+  auto a = store.Create(Record("a"));
+  REQUIRE(a.ok());
+  std::filesystem::remove_all(sub);  // every later write fails: no directory for its temp file
+
+  CHECK_FALSE(store.Create(Record("b")).ok());
+  CHECK(store.Get("b").status().code() == absl::StatusCode::kNotFound);
+  ShareRecord changed = *a;
+  changed.mutable_spec()->set_serve(false);
+  CHECK_FALSE(store.Update(changed).ok());
+  CHECK(store.Get("a")->spec().serve());
+  CHECK_FALSE(store.Delete("a").ok());
+  CHECK(store.Get("a").ok());
 }
 
 TEST_CASE("the faulty store fails the k-th call, and a timeout-after still takes effect") {

@@ -23,6 +23,21 @@ const Condition& RequireCondition(const ShareStatusRecord& status, const std::st
   return *found;
 }
 
+// Answers every Mount with a generation above the one asked for.
+class OverAnsweringConnector final : public ShareConnector {
+ public:
+  explicit OverAnsweringConnector(ShareConnector& inner) : inner_(inner) {}
+  ShareObservation Observe(const Pod& pod) override { return inner_.Observe(pod); }
+  absl::StatusOr<uint64_t> Mount(const Pod& pod, uint64_t epoch, uint64_t generation) override {
+    auto handled = inner_.Mount(pod, epoch, generation);
+    if (!handled.ok()) return handled;
+    return generation + 5;
+  }
+
+ private:
+  ShareConnector& inner_;
+};
+
 }  // namespace
 
 TEST_CASE("a new share gets epoch 1, one pod, and runs") {
@@ -354,6 +369,25 @@ TEST_CASE("statuses differing in any field but a condition message are not the s
         static_cast<const Condition&>(*differs(base.conditions(0), f)));
     CHECK_FALSE(SameIgnoringMessages(base, changed));
   }
+}
+
+TEST_CASE(
+    "a pending pod makes the share STARTING for the reason that the pod is pending, with PodReady "
+    "false for reason Pending") {
+  ShareRecord record = ServedShare("vol");
+  record.mutable_status()->set_epoch(1);
+  record.mutable_status()->set_pod(PodName("vol", 1));
+  const Pod pod{
+      .name = PodName("vol", 1), .volume = "vol", .epoch = 1, .phase = PodPhase::kPending};
+  Observation observed{.current = &pod, .epoch = 1, .started = {1000, 1000}};
+  ShareMarks marks;
+  const auto st = ComputeStatus(record, observed, Now{1000, 1000}, marks, ReconcilerOptions{});
+  CHECK(st.phase() == pb::STARTING);
+  CHECK(st.reason() == "pod " + PodName("vol", 1) + " is pending");
+  const Condition* ready = FindCondition(st, condition::kPodReady);
+  REQUIRE(ready != nullptr);
+  CHECK_FALSE(ready->status());
+  CHECK(ready->reason() == "Pending");
 }
 
 TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
@@ -793,6 +827,31 @@ TEST_CASE("generations: an absurd handled generation is a bad answer, requests n
   top.Pass("vol");
   CHECK(top.Get("vol").status().remount_requested_generation() ==
         std::numeric_limits<uint64_t>::max());
+}
+
+TEST_CASE(
+    "generations: a Mount answered with a generation above the request is refused as "
+    "MountFailed naming both generations, and the pass backs off") {
+  ReconcilerOptions options;
+  options.remount_delay_ms = 0;
+  Sim sim(options);
+  sim.AddRunningShare("vol");
+  OverAnsweringConnector liar(sim.cluster);
+  Reconciler reconciler(sim.store, sim.runtime, liar, sim.clock, sim.clock, options);
+  sim.cluster.SetReadOnly(sim.CurrentPod("vol"), true);
+  // The Mount takes effect (the next observation reports the generation
+  // handled), but its answer is refused when it comes.
+  std::string refused;
+  for (int i = 0; i < 3 && refused.empty(); ++i) {
+    const auto result = reconciler.Reconcile("vol");
+    const auto st = sim.Get("vol").status();
+    if (const Condition* failed = FindCondition(st, condition::kMountFailed);
+        failed != nullptr && failed->status()) {
+      refused = failed->message();
+      CHECK(result.backing_off);
+    }
+  }
+  CHECK(refused == "Mount answered generation 6, above the requested 1");
 }
 
 TEST_CASE("epochs: a pod of a higher epoch than the record is adopted, not deleted") {

@@ -1,16 +1,35 @@
-// StatusWatch against a port nobody listens on: every failed attempt is
-// reported, and the attempts back off instead of spinning.
+// ShareClient against a stand-in server, and StatusWatch against a port
+// nobody listens on: every failed attempt is reported, and the attempts back
+// off instead of spinning.
 #include "controller/share_client.h"
 
 #include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "base/loopback_port.h"
+#include "tests/controller/fake_share_manager.h"
 
 namespace controller {
+
+TEST_CASE(
+    "ShareClient: Unmount reaches the server (the stand-in refuses it Unimplemented), Check is "
+    "true for the server's overall health and NotFound for an unknown service") {
+  grpc::EnableDefaultHealthCheckService(true);  // this process only: one ctest entry per case
+  sharemanager::v1::ShareStatus status;
+  status.set_volume("vol");
+  FixedServer server(status);
+  ShareClient client(server.At(Pod{}).endpoint);
+  // The stand-in implements no Unmount: the call arrives and is refused.
+  CHECK(client.Unmount(1).code() == absl::StatusCode::kUnimplemented);
+  auto serving = client.Check("");
+  REQUIRE(serving.ok());
+  CHECK(*serving);
+  CHECK(client.Check("no-such-service").status().code() == absl::StatusCode::kNotFound);
+}
 
 TEST_CASE("StatusWatch reconnects to a closed port with a doubling backoff up to its cap") {
   const uint16_t port = base::FreeLoopbackPort();  // free a moment ago: refuses connections

@@ -18,18 +18,21 @@ namespace controller {
 
 namespace pb = sharemanager::controller::v1;
 
+// A share record asking for `volume` to be served, not yet in any store.
+inline ShareRecord ServedShare(const std::string& volume) {
+  ShareRecord record;
+  record.set_name(volume);
+  record.mutable_spec()->set_volume(volume);
+  record.mutable_spec()->set_serve(true);
+  return record;
+}
+
 struct Sim {
   explicit Sim(ReconcilerOptions reconciler_options = {}) : options(reconciler_options) {
     Restart();
   }
 
-  void AddShare(const std::string& volume) {
-    ShareRecord record;
-    record.set_name(volume);
-    record.mutable_spec()->set_volume(volume);
-    record.mutable_spec()->set_serve(true);
-    REQUIRE(memory.Create(record).ok());
-  }
+  void AddShare(const std::string& volume) { REQUIRE(memory.Create(ServedShare(volume)).ok()); }
   // A share whose first pod runs.
   void AddRunningShare(const std::string& volume) {
     AddShare(volume);

@@ -109,6 +109,28 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
   }
 }
 
+TEST_CASE("--max-repairs beyond 1000 is refused, naming the range 0 to 1000") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  flags.max_repairs = 1001;
+  const auto config = ResolveDaemonConfig(flags);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().message() == "--max-repairs must be between 0 and 1000");
+}
+
+TEST_CASE(
+    "--format-if-blank with --export-dir and no --device is refused, naming the flags that need "
+    "--device") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  flags.export_dir = "/export/pvc-1";
+  flags.format_if_blank = true;
+  const auto config = ResolveDaemonConfig(flags);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().message() ==
+        "--format-if-blank, --mkfs-option and --mount-option need --device");
+}
+
 TEST_CASE(
     "--export-dir without --device exports a directory, Longhorn's --mount adds mount options") {
   DaemonFlags flags;

@@ -48,4 +48,10 @@ TEST_CASE("FAILED and STOPPING are terminal, nothing returns to STARTING") {
   CHECK(machine.state() == State::kFailed);
 }
 
+TEST_CASE("an out-of-range state is named UNKNOWN and may not go to STOPPING") {
+  const auto bogus = static_cast<State>(99);
+  CHECK(StateName(bogus) == "UNKNOWN");
+  CHECK_FALSE(HealthStateMachine::Allowed(bogus, State::kStopping));
+}
+
 }  // namespace supervisor
