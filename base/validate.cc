@@ -128,10 +128,21 @@ absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_v
   return resolved;
 }
 
-absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address) {
+namespace {
+
+// inet_pton reads a C string: a NUL inside would end the address there and
+// let whatever follows it through (into ganesha.conf).
+bool IsAddress(int family, absl::string_view address) {
+  if (address.find('\0') != absl::string_view::npos) return false;
   const std::string text(address);
   in6_addr buf{};
-  if (inet_pton(AF_INET, text.c_str(), &buf) == 1 || inet_pton(AF_INET6, text.c_str(), &buf) == 1) {
+  return inet_pton(family, text.c_str(), &buf) == 1;
+}
+
+}  // namespace
+
+absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address) {
+  if (IsAddress(AF_INET, address) || IsAddress(AF_INET6, address)) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
@@ -159,15 +170,14 @@ bool IsHostName(absl::string_view name) {
 bool IsNetwork(absl::string_view text) {
   const size_t slash = text.find('/');
   if (slash == absl::string_view::npos) return false;
-  const std::string address(text.substr(0, slash));
+  const absl::string_view address = text.substr(0, slash);
   int prefix = 0;
   if (!absl::SimpleAtoi(text.substr(slash + 1), &prefix) ||
       text.substr(slash + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
     return false;
   }
-  in6_addr buf{};
-  if (inet_pton(AF_INET, address.c_str(), &buf) == 1) return prefix >= 0 && prefix <= 32;
-  if (inet_pton(AF_INET6, address.c_str(), &buf) == 1) return prefix >= 0 && prefix <= 128;
+  if (IsAddress(AF_INET, address)) return prefix >= 0 && prefix <= 32;
+  if (IsAddress(AF_INET6, address)) return prefix >= 0 && prefix <= 128;
   return false;
 }
 

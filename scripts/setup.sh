@@ -16,6 +16,8 @@ packages=(
   procps iproute2
   # the style check (tests/style_check.sh) and clang's thread-safety analysis
   clang-format shellcheck clang
+  # libFuzzer (clang's runtime library; Debian ships it apart): tests/fuzz
+  libclang-rt-14-dev
   # the container image and its tests (tests/container): no Docker daemon needed
   buildah podman debootstrap
 )

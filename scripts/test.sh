@@ -4,7 +4,8 @@
 # that must die, then the container image built and run), then a Release build
 # (build only: -O3 finds warnings the other builds do not), clang's
 # thread-safety analysis (ABSL_GUARDED_BY), then the unit and integration
-# suite again under AddressSanitizer + UBSan.
+# suite again under AddressSanitizer + UBSan, then every fuzz target for a
+# bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -38,3 +39,6 @@ echo "== all tests under ASan + UBSan"
 # detect_leaks stays on: a leak fails the test.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -LE container -j2 --output-on-failure
+
+echo "== fuzzing (libFuzzer, ASan + UBSan: every parser of outside bytes, 20 s each from its seeds)"
+bash tests/fuzz/run.sh

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -376,10 +377,10 @@ absl::Status Volume::RemountReadWrite() const {
 
 MountState Volume::ReadMountState() const { return sharemgr::ReadMountState(config_.target); }
 
-MountState ReadMountState(const std::string& target) {
+namespace {
+
+MountState StateIn(libmnt_table* table, const std::string& target) {
   MountState state;
-  libmnt_table* table = mnt_new_table_from_file("/proc/self/mountinfo");
-  if (table == nullptr) return state;
   if (libmnt_fs* fs = mnt_table_find_target(table, target.c_str(), MNT_ITER_BACKWARD);
       fs != nullptr && mnt_fs_get_target(fs) != nullptr && target == mnt_fs_get_target(fs)) {
     state.mounted = true;
@@ -389,6 +390,31 @@ MountState ReadMountState(const std::string& target) {
     state.fs_error = HasOption(state.fs_options, "emergency_ro");
     state.read_only =
         HasOption(state.vfs_options, "ro") || HasOption(state.fs_options, "ro") || state.fs_error;
+  }
+  return state;
+}
+
+}  // namespace
+
+MountState ReadMountState(const std::string& target) {
+  libmnt_table* table = mnt_new_table_from_file("/proc/self/mountinfo");
+  if (table == nullptr) return {};
+  MountState state = StateIn(table, target);
+  mnt_unref_table(table);
+  return state;
+}
+
+MountState ParseMountState(const std::string& mountinfo, const std::string& target) {
+  MountState state;
+  libmnt_table* table = mnt_new_table();
+  if (table == nullptr) return state;
+  // fmemopen only reads here ("r"), whatever its prototype says.
+  if (FILE* f = fmemopen(const_cast<char*>(mountinfo.data()), mountinfo.size(), "r")) {
+    // Named as the real file, so libmount parses it as mountinfo.
+    if (mnt_table_parse_stream(table, f, "/proc/self/mountinfo") == 0) {
+      state = StateIn(table, target);
+    }
+    fclose(f);
   }
   mnt_unref_table(table);
   return state;

@@ -72,6 +72,8 @@ struct ResizeResult {
 
 // What mountinfo says about the mount at `target` (any thread; no volume needed).
 MountState ReadMountState(const std::string& target);
+// The same from mountinfo text (the tests and the fuzz target parse their own).
+MountState ParseMountState(const std::string& mountinfo, const std::string& target);
 // Filesystem size and free bytes of the mount at `target` (statvfs).
 absl::StatusOr<std::pair<uint64_t, uint64_t>> VolumeUsage(const std::string& target);
 

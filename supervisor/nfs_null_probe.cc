@@ -222,6 +222,14 @@ absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t 
 
 }  // namespace
 
+absl::StatusOr<uint32_t> ParseRecordMark(std::span<const uint8_t, 4> mark) {
+  const uint32_t header = (uint32_t{mark[0]} << 24) | (uint32_t{mark[1]} << 16) |
+                          (uint32_t{mark[2]} << 8) | uint32_t{mark[3]};
+  const uint32_t len = header & ~kLastFragment;
+  if (len > kMaxReply) return absl::DataLossError(absl::StrCat("reply of ", len, " bytes"));
+  return len;
+}
+
 absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid) {
   XdrReader r(record);
   return ParseReplyHeader(r, xid);
@@ -255,12 +263,10 @@ absl::StatusOr<std::vector<uint8_t>> Exchange(const std::string& host, uint16_t 
   }
   uint8_t mark[4];
   if (auto s = ReadExactly(fd->get(), mark, sizeof(mark), deadline); !s.ok()) return s;
-  const uint32_t header = (uint32_t{mark[0]} << 24) | (uint32_t{mark[1]} << 16) |
-                          (uint32_t{mark[2]} << 8) | uint32_t{mark[3]};
-  const uint32_t len = header & ~kLastFragment;
-  if (len > kMaxReply) return absl::DataLossError(absl::StrCat("reply of ", len, " bytes"));
-  std::vector<uint8_t> reply(len);
-  if (auto s = ReadExactly(fd->get(), reply.data(), len, deadline); !s.ok()) return s;
+  auto len = ParseRecordMark(mark);
+  if (!len.ok()) return len.status();
+  std::vector<uint8_t> reply(*len);
+  if (auto s = ReadExactly(fd->get(), reply.data(), *len, deadline); !s.ok()) return s;
   return reply;
 }
 

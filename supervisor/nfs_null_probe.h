@@ -21,6 +21,11 @@ inline constexpr uint32_t kNfsVersion4 = 4;
 std::vector<uint8_t> EncodeNullCall(uint32_t xid, uint32_t program = kNfsProgram,
                                     uint32_t version = kNfsVersion4);
 
+// The length of the reply record a record mark (RFC 5531 section 11: the
+// last-fragment bit and a 31-bit length) announces. DataLoss for more than
+// the few hundred bytes an answer to these calls can take.
+absl::StatusOr<uint32_t> ParseRecordMark(std::span<const uint8_t, 4> mark);
+
 // Checks a reply record (without the 4-byte record mark) for xid: an accepted
 // reply with SUCCESS. Anything else is an error that says what was wrong.
 absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid);

@@ -103,4 +103,14 @@ TEST_CASE(
   }
 }
 
+// Found by tests/fuzz (validate_fuzz): inet_pton stopped at the NUL and
+// passed what followed it.
+TEST_CASE("an address or network with a NUL inside is refused, whatever follows the NUL") {
+  using std::string_literals::operator""s;
+  for (const std::string& bad : {"::f\0f\x17\0"s, "10.0.0.1\0\n}"s, "10.0.0.0\0}/8"s}) {
+    CHECK_FALSE(base::ValidateIpAddress("--nfs-address", bad).ok());
+    CHECK_FALSE(base::ValidateNfsClient("--nfs-clients", bad).ok());
+  }
+}
+
 }  // namespace base

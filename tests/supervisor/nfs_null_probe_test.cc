@@ -126,6 +126,18 @@ TEST_CASE("the export LOOKUP is a COMPOUND {PUTROOTFH, LOOKUP} as root") {
   CHECK(length == call.size() - 4);
 }
 
+TEST_CASE("ParseRecordMark reads the length a record mark announces, up to the reply limit") {
+  auto mark = [](uint32_t word) {
+    const auto bytes = Words({word});
+    return ParseRecordMark(std::span<const uint8_t, 4>(bytes.data(), 4));
+  };
+  CHECK(*mark(0x80000000u | 24) == 24);
+  CHECK(*mark(0) == 0);
+  CHECK(*mark(0x80000000u | 1024) == 1024);
+  CHECK(mark(0x80000000u | 1025).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(mark(0xffffffffu).status().code() == absl::StatusCode::kDataLoss);
+}
+
 TEST_CASE("ParseCompoundStatus reads the nfsstat4 after an accepted reply") {
   CHECK(*ParseCompoundStatus(Words({9, 1, 0, 0, 0, 0, 0, 0, 0}), 9) == 0);
   CHECK(*ParseCompoundStatus(Words({9, 1, 0, 0, 0, 0, 2, 0, 1}), 9) == 2);
