@@ -837,8 +837,7 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   {
     // After the removal of a gone pod's record of this name, never before.
     absl::MutexLock records(&record_mu_);
-    recorded = base::WriteFileAtomically(local.record_path, RecordText(local), 0644,
-                                         base::Durability::kReplaced);
+    recorded = WriteRecordFile(local.record_path, RecordText(local), base::Durability::kReplaced);
   }
   if (!recorded.ok()) return abandon(recorded);
   if (write(gate_write.get(), "go\n", 3) != 3) {
@@ -962,7 +961,7 @@ void LocalPodRuntime::WriteRecords(const std::vector<RecordWrite>& writes) {
   for (const auto& w : writes) {
     // Not fsynced, as at Create: the record must outlive the controller
     // process, not the machine.
-    auto written = base::WriteFileAtomically(w.path, w.text, 0644, base::Durability::kReplaced);
+    auto written = WriteRecordFile(w.path, w.text, base::Durability::kReplaced);
     if (!written.ok()) {
       spdlog::error("pod {}: cannot update its record (tried again): {}", w.name,
                     written.message());
@@ -980,6 +979,12 @@ void LocalPodRuntime::WriteRecords(const std::vector<RecordWrite>& writes) {
       });
     }
   }
+}
+
+absl::Status LocalPodRuntime::WriteRecordFile(const std::string& path, const std::string& text,
+                                              base::Durability durability) const {
+  if (options_.write_record) return options_.write_record(path, text, durability);
+  return base::WriteFileAtomically(path, text, 0644, durability);
 }
 
 absl::Status LocalPodRuntime::Delete(const std::string& name) {

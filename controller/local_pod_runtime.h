@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file_lock.h"
+#include "base/files.h"
 #include "base/loopback_port.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
@@ -65,6 +66,13 @@ struct LocalPodRuntimeOptions {
   base::PortRange port_range = kDefaultPortRange;
   // Who holds the work dir, as the error of a second runtime over it names it.
   std::string lock_holder = "pod runtime";
+  // Writes a pod record whole (readers see the old file or the new one).
+  // Unset: base::WriteFileAtomically. Only tests set it, to make one pod's
+  // record writes slow or fail, or to see what is written when; it is called
+  // from the runtime's threads and from Create's and Delete's callers.
+  std::function<absl::Status(const std::string& path, const std::string& text,
+                             base::Durability durability)>
+      write_record;
 };
 
 // Per-volume ports persisted in <work_dir>/.ports (flocked while read and
@@ -195,6 +203,9 @@ class LocalPodRuntime final : public PodRuntime {
   // Removes a gone pod (its record paths go to `unlinks`).
   void Forget(std::map<std::string, LocalPod>::iterator it, std::vector<std::string>& unlinks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, record_mu_);
+  // Writes one record file through options_.write_record when set.
+  absl::Status WriteRecordFile(const std::string& path, const std::string& text,
+                               base::Durability durability) const;
   // The termination grace of a pod whose daemon runs with `stop_timeout`.
   std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;
   void Monitor();
