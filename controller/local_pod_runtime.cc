@@ -470,6 +470,12 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
     return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
   };
   if (rank(other) > rank(kept)) std::swap(kept, other);
+  // A delete under way in either record goes on: its earliest start counts.
+  if (other.deleting) {
+    kept.term_started =
+        kept.deleting ? std::min(kept.term_started, other.term_started) : other.term_started;
+    kept.deleting = true;
+  }
   spdlog::error(
       "pod {}: two records name it, {} and {}: keeping {} (pid {}); the other's {} live "
       "process(es) are the pod's too (signalled by its delete), and its record goes once the "
@@ -488,6 +494,8 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
   kept.superseded_records.push_back(other.record_path);
   kept.superseded_records.insert(kept.superseded_records.end(), other.superseded_records.begin(),
                                  other.superseded_records.end());
+  kept.pod.terminating = kept.deleting && !kept.procs.empty();
+  // Its record says all this before the other's goes (see Apply).
   kept.record_stale = true;
 }
 

@@ -191,21 +191,27 @@ pid_t WaitFsck(const std::string& bin_dir, Reaper& reaper) {
   return WaitPidFile(bin_dir + "/e2fsck.pid", reaper);
 }
 
-// A `sleep 30` child (handed to `reaper`) and its start ticks: a live process
-// for records to name. It dies of SIGTERM, as a pod's would (the test
-// process blocks SIGTERM, and a child would inherit that).
-std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+// A child running `argv` (handed to `reaper`) and its start ticks: a live
+// process for records to name. SIGTERM reaches it, as it would a pod (the
+// test process blocks SIGTERM, and a child would inherit that).
+std::pair<pid_t, uint64_t> StartChild(Reaper& reaper, std::vector<const char*> argv) {
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execlp("sleep", "sleep", "30", nullptr);
+    execvp(argv[0], const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   reaper.Add(pid);
   return {pid, RequireOk(base::ReadProcStat(pid)).start_ticks};
+}
+
+// A `sleep 30` child (see StartChild): dies of SIGTERM.
+std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+  return StartChild(reaper, {"sleep", "30"});
 }
 
 // Writes <work_dir>/vol/pods/<file>: pod `name` of volume "vol", its
@@ -463,6 +469,47 @@ TEST_CASE(
   CHECK(WaitNoPods(*runtime, milliseconds(3000)));
   CHECK_FALSE(base::ProcessAlive(a, a_start));
   CHECK_FALSE(base::ProcessAlive(b, b_start));
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: of two records of one pod, a delete under way in the one dropped carries over "
+    "to the one kept") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  // Lives through SIGTERM, and writes <dir>/term when it gets one.
+  const std::string term = dir.path() + "/term";
+  const std::pair<pid_t, uint64_t> live = StartChild(
+      reaper,
+      {"sh", "-c", "trap 'echo TERM > \"$0\"' TERM; while :; do sleep 0.1; done", term.c_str()});
+  WriteRecord(dir.path(), "a.pod", name, 4, live.first,
+              "start_ticks=" + std::to_string(live.second) + "\n");
+  // Its process is gone: not the one kept. Its delete began.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  WriteRecord(dir.path(), "b.pod", name, 9, dead,
+              "start_ticks=" + std::to_string(dead_start) +
+                  "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs()) + "\n");
+
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(1500)});
+  CHECK(runtime->Pid(name) == live.first);
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0].terminating);
+  CHECK(runtime->Delete(name).code() == absl::StatusCode::kUnavailable);  // under way
+  // The kept record says so before the dropped one goes; the kept pod's
+  // share-manager got its SIGTERM.
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 1; }, milliseconds(2000)));
+  CHECK(RequireOk(base::ReadFile(dir.path() + "/vol/pods/a.pod")).find("\nstate=deleting\n") !=
+        std::string::npos);
+  CHECK(WaitFor([&] { return std::filesystem::exists(term); }, milliseconds(2000)));
+  // Then SIGKILL at the grace.
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(live.first, live.second));
   CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
   runtime->Shutdown();
 }
