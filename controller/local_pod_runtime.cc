@@ -351,6 +351,7 @@ LocalPodRuntime::LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock 
     Load();
   }
   reaper_ = std::thread([this] { Reaper(); });
+  writer_ = std::thread([this] { RecordWriter(); });
   monitor_ = std::thread([this] { Monitor(); });
 }
 
@@ -405,6 +406,11 @@ void LocalPodRuntime::Load() {
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
   if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
+  // A delete is recorded before its SIGTERM is sent: the last runtime may
+  // have died in between. A share-manager stopping already ignores another.
+  for (auto& [name, local] : pods_) {
+    if (local.deleting && local.share_manager_alive) SignalShareManager(local);
+  }
 }
 
 LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::string path,
@@ -418,6 +424,8 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   local.grace = Grace(local.stop_timeout);
   local.record_path = std::move(path);
   local.state_dir = volume_dir + "/state";
+  local.slot = SlotFor(local.pod.name);
+  local.instance = ++next_instance_;
   // The pid is the pod's only in the boot the record was written in (start
   // ticks count from boot) and if it still started when the record says:
   // after a reboot or a pid reuse it is someone else, never signalled.
@@ -462,6 +470,12 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
     return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
   };
   if (rank(other) > rank(kept)) std::swap(kept, other);
+  // A delete under way in either record goes on: its earliest start counts.
+  if (other.deleting) {
+    kept.term_started =
+        kept.deleting ? std::min(kept.term_started, other.term_started) : other.term_started;
+    kept.deleting = true;
+  }
   spdlog::error(
       "pod {}: two records name it, {} and {}: keeping {} (pid {}); the other's {} live "
       "process(es) are the pod's too (signalled by its delete), and its record goes once the "
@@ -480,6 +494,8 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
   kept.superseded_records.push_back(other.record_path);
   kept.superseded_records.insert(kept.superseded_records.end(), other.superseded_records.begin(),
                                  other.superseded_records.end());
+  kept.pod.terminating = kept.deleting && !kept.procs.empty();
+  // Its record says all this before the other's goes (see Apply).
   kept.record_stale = true;
 }
 
@@ -675,15 +691,12 @@ void LocalPodRuntime::Stop(bool delete_pods) {
   monitor_.join();
   {
     // Changes since the monitor's last pass: the next runtime adopts from
-    // the records.
-    absl::MutexLock records(&record_mu_);
-    std::vector<RecordWrite> writes;
-    {
-      absl::MutexLock lock(&mu_);
-      writes = TakeStaleRecords();
-    }
-    WriteRecords(writes);
+    // the records. The writer applies them, then stops.
+    absl::MutexLock lock(&mu_);
+    for (auto& write : TakeStaleRecords()) record_jobs_.push_back(std::move(write));
+    writer_stop_ = true;
   }
+  writer_.join();
   {
     absl::MutexLock lock(&reap_mu_);
     reaper_stop_ = true;
@@ -831,16 +844,18 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
   local.share_manager_alive = true;
   // Recorded before Create returns: a controller that restarts from here on
   // finds the pod instead of reading its absence as "gone".
-  // Not fsynced: it must outlive the controller process, not the machine
-  // (a reboot ends the pod too, and its pid and start time with it).
-  absl::Status recorded;
+  // Not fsynced (see Snapshot).
+  RecordWrite record;
   {
-    // After the removal of a gone pod's record of this name, never before.
-    absl::MutexLock records(&record_mu_);
-    recorded = base::WriteFileAtomically(local.record_path, RecordText(local), 0644,
-                                         base::Durability::kReplaced);
+    // Versioned after the removal of a gone pod's record of this name (it
+    // left pods_ before the name was reserved): that removal, when it comes
+    // later, spares this record.
+    absl::MutexLock lock(&mu_);
+    local.slot = SlotFor(pod.name);
+    local.instance = ++next_instance_;
+    record = Snapshot(local);
   }
-  if (!recorded.ok()) return abandon(recorded);
+  if (auto recorded = Apply(record); !recorded.ok()) return abandon(recorded);
   if (write(gate_write.get(), "go\n", 3) != 3) {
     spdlog::warn("pod {}: could not release it ({}); it exits and is seen gone", pod.name,
                  strerror(errno));
@@ -902,39 +917,36 @@ void LocalPodRuntime::Monitor() {
     for (auto& task : tasks) task();
     std::vector<std::string> changed;
     {
-      absl::MutexLock records(&record_mu_);
-      std::vector<std::string> unlinks;
-      std::vector<RecordWrite> writes;
-      {
-        absl::MutexLock lock(&mu_);
-        if (stop_) return;
-        for (auto it = pods_.begin(); it != pods_.end();) {
-          LocalPod& local = it->second;
-          if (Refresh(local)) changed.push_back(local.pod.volume);
-          if (local.deleting && local.procs.empty()) {
-            changed.push_back(local.pod.volume);
-            Forget(it++, unlinks);
-          } else {
-            ++it;
-          }
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;
+      for (auto it = pods_.begin(); it != pods_.end();) {
+        LocalPod& local = it->second;
+        if (Refresh(local)) changed.push_back(local.pod.volume);
+        if (local.deleting && local.procs.empty()) {
+          changed.push_back(local.pod.volume);
+          // The record goes only once every process is gone: until then a
+          // restart must still find the pod.
+          record_jobs_.push_back(Forget(it++));
+        } else {
+          ++it;
         }
-        writes = TakeStaleRecords();
       }
-      // The record goes only once every process is gone: until then a
-      // restart must still find the pod.
-      for (const auto& path : unlinks) unlink(path.c_str());
-      WriteRecords(writes);
+      for (auto& write : TakeStaleRecords()) record_jobs_.push_back(std::move(write));
     }
     for (const auto& volume : changed) listeners_.Notify(volume);
   }
 }
 
-void LocalPodRuntime::Forget(std::map<std::string, LocalPod>::iterator it,
-                             std::vector<std::string>& unlinks) {
-  unlinks.push_back(it->second.record_path);
-  unlinks.insert(unlinks.end(), it->second.superseded_records.begin(),
-                 it->second.superseded_records.end());
+LocalPodRuntime::RecordWrite LocalPodRuntime::Forget(std::map<std::string, LocalPod>::iterator it) {
+  LocalPod& local = it->second;
+  RecordWrite removal{.name = local.pod.name,
+                      .instance = local.instance,
+                      .slot = local.slot,
+                      .version = ++record_version_,
+                      .unlinks = std::move(local.superseded_records)};
+  removal.unlinks.push_back(local.record_path);
   pods_.erase(it);
+  return removal;
 }
 
 std::string LocalPodRuntime::RecordText(const LocalPod& local) const {
@@ -944,73 +956,182 @@ std::string LocalPodRuntime::RecordText(const LocalPod& local) const {
                    .stop_timeout = local.stop_timeout,
                    .boot_id = boot_id_};
   for (const auto& p : local.procs) record.procs.emplace_back(p.pid, p.start_ticks);
-  if (local.deleting) record.delete_started = local.term_started;
+  if (local.deleting || local.delete_recording) record.delete_started = local.term_started;
   return FormatRecord(record);
+}
+
+std::shared_ptr<LocalPodRuntime::RecordSlot> LocalPodRuntime::SlotFor(const std::string& name) {
+  std::erase_if(slots_, [](const auto& entry) { return entry.second.expired(); });
+  std::weak_ptr<RecordSlot>& entry = slots_[name];
+  std::shared_ptr<RecordSlot> slot = entry.lock();
+  if (!slot) {
+    slot = std::make_shared<RecordSlot>();
+    entry = slot;
+  }
+  return slot;
+}
+
+LocalPodRuntime::RecordWrite LocalPodRuntime::Snapshot(LocalPod& local) {
+  local.record_stale = false;
+  const bool deleting = local.deleting || local.delete_recording;
+  return {.name = local.pod.name,
+          .instance = local.instance,
+          .slot = local.slot,
+          .version = ++record_version_,
+          .path = local.record_path,
+          .text = RecordText(local),
+          // A delete must outlive the machine: a pod that comes back after a
+          // crash is still being deleted. Otherwise the record must outlive
+          // the controller process, not the machine (a reboot ends the pod,
+          // its pid and start time with it).
+          .durability = deleting ? base::Durability::kFsync : base::Durability::kReplaced,
+          .unlinks = local.superseded_records};
 }
 
 std::vector<LocalPodRuntime::RecordWrite> LocalPodRuntime::TakeStaleRecords() {
   std::vector<RecordWrite> writes;
   for (auto& [name, local] : pods_) {
-    if (!local.record_stale) continue;
-    local.record_stale = false;
-    writes.push_back({name, local.record_path, RecordText(local), local.superseded_records});
+    if (!local.record_stale || local.record_queued) continue;
+    local.record_queued = true;
+    writes.push_back(Snapshot(local));
+    writes.back().queued = true;
   }
   return writes;
 }
 
-void LocalPodRuntime::WriteRecords(const std::vector<RecordWrite>& writes) {
-  for (const auto& w : writes) {
-    // Not fsynced, as at Create: the record must outlive the controller
-    // process, not the machine.
-    auto written = base::WriteFileAtomically(w.path, w.text, 0644, base::Durability::kReplaced);
-    if (!written.ok()) {
-      spdlog::error("pod {}: cannot update its record (tried again): {}", w.name,
-                    written.message());
-      absl::MutexLock lock(&mu_);
-      if (auto it = pods_.find(w.name); it != pods_.end()) it->second.record_stale = true;
-      continue;
+absl::Status LocalPodRuntime::Apply(const RecordWrite& write) {
+  RecordSlot& slot = *write.slot;
+  absl::MutexLock lock(&slot.mu);
+  if (write.version < slot.landed) {
+    // A newer state of the pod landed, or its removal, or a new pod of its
+    // name: this one is out of date. A removal still removes the old pod's
+    // records, the new pod's excepted.
+    if (!write.text) {
+      for (const auto& path : write.unlinks) {
+        if (path != slot.landed_path) unlink(path.c_str());
+      }
     }
-    if (w.superseded.empty()) continue;
-    // This record names every process the superseded ones did.
-    for (const auto& path : w.superseded) unlink(path.c_str());
-    absl::MutexLock lock(&mu_);
-    if (auto it = pods_.find(w.name); it != pods_.end()) {
-      std::erase_if(it->second.superseded_records, [&](const std::string& path) {
-        return std::find(w.superseded.begin(), w.superseded.end(), path) != w.superseded.end();
-      });
+    return absl::OkStatus();
+  }
+  if (!write.text) {
+    for (const auto& path : write.unlinks) unlink(path.c_str());
+    slot.landed = write.version;
+    slot.landed_path.clear();
+    return absl::OkStatus();
+  }
+  if (auto written = WriteRecordFile(write.path, *write.text, write.durability); !written.ok()) {
+    // Tried again on every monitor pass (100 ms) while it fails: said once,
+    // then now and then.
+    constexpr auto kLogEvery = std::chrono::seconds(30);
+    const auto now = SteadyClock::now();
+    if (++slot.failures == 1 || now - slot.failure_logged >= kLogEvery) {
+      slot.failure_logged = now;
+      spdlog::error(
+          "pod {}: cannot update its record ({} failed attempt(s); tried again, logged at most "
+          "every {} s): {}",
+          write.name, slot.failures, kLogEvery.count(), written.message());
+    }
+    return absl::Status(written.code(),
+                        absl::StrCat("cannot write ", write.path, ": ", written.message()));
+  }
+  if (slot.failures > 0) {
+    spdlog::info("pod {}: its record is written again, after {} failed attempt(s)", write.name,
+                 slot.failures);
+    slot.failures = 0;
+  }
+  slot.landed = write.version;
+  slot.landed_path = write.path;
+  // This record names every process the superseded ones did.
+  for (const auto& path : write.unlinks) unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+void LocalPodRuntime::Settle(const RecordWrite& write, const absl::Status& status) {
+  auto it = pods_.find(write.name);
+  if (it == pods_.end() || it->second.instance != write.instance || !write.text) return;
+  LocalPod& local = it->second;
+  if (write.queued) local.record_queued = false;
+  if (!status.ok()) {
+    local.record_stale = true;  // the monitor's next pass tries again
+    return;
+  }
+  // Landed, or a newer write that replaced the same records did.
+  std::erase_if(local.superseded_records, [&](const std::string& path) {
+    return std::find(write.unlinks.begin(), write.unlinks.end(), path) != write.unlinks.end();
+  });
+}
+
+void LocalPodRuntime::RecordWriter() {
+  for (;;) {
+    std::vector<RecordWrite> jobs;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return writer_stop_ || !record_jobs_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (record_jobs_.empty()) return;  // stopping, and every job done
+      jobs.swap(record_jobs_);
+    }
+    for (const auto& job : jobs) {
+      const absl::Status status = Apply(job);
+      absl::MutexLock lock(&mu_);
+      Settle(job, status);
     }
   }
 }
 
+absl::Status LocalPodRuntime::WriteRecordFile(const std::string& path, const std::string& text,
+                                              base::Durability durability) const {
+  if (options_.write_record) return options_.write_record(path, text, durability);
+  return base::WriteFileAtomically(path, text, 0644, durability);
+}
+
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
   std::string volume;
+  RecordWrite write;
   {
-    absl::MutexLock records(&record_mu_);
-    std::vector<std::string> unlinks;
-    std::vector<RecordWrite> writes;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = pods_.find(name);
-      if (it == pods_.end()) return absl::OkStatus();
-      LocalPod& local = it->second;
-      Refresh(local);
-      volume = local.pod.volume;
-      if (local.procs.empty()) {
-        Forget(it, unlinks);
-      } else if (local.deleting) {
-        return absl::UnavailableError(absl::StrCat(
-            "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
-            std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
-                                                                  local.term_started)
-                .count(),
-            " ms"));
-      } else {
-        BeginDelete(local);
-      }
-      writes = TakeStaleRecords();
+    absl::MutexLock lock(&mu_);
+    auto it = pods_.find(name);
+    if (it == pods_.end()) return absl::OkStatus();
+    LocalPod& local = it->second;
+    Refresh(local);
+    volume = local.pod.volume;
+    if (local.procs.empty()) {
+      write = Forget(it);
+    } else if (local.deleting) {
+      return absl::UnavailableError(absl::StrCat(
+          "pod ", name, " is terminating: ", local.procs.size(), " process(es) left after ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() -
+                                                                local.term_started)
+              .count(),
+          " ms"));
+    } else if (local.delete_recording) {
+      return absl::UnavailableError(
+          absl::StrCat("pod ", name, ": its delete is being recorded (another Delete)"));
+    } else {
+      // Recorded before anything is signalled: a runtime that adopts the pod
+      // (this one died meanwhile) goes on with the delete.
+      local.delete_recording = true;
+      local.term_started = SteadyClock::now();
+      write = Snapshot(local);
     }
-    for (const auto& path : unlinks) unlink(path.c_str());
-    WriteRecords(writes);
+  }
+  const absl::Status recorded = Apply(write);
+  if (write.text) {
+    absl::MutexLock lock(&mu_);
+    Settle(write, recorded);
+    auto it = pods_.find(name);
+    if (it == pods_.end() || it->second.instance != write.instance) return absl::OkStatus();
+    LocalPod& local = it->second;
+    local.delete_recording = false;
+    if (!recorded.ok()) {
+      return absl::Status(recorded.code(), absl::StrCat("pod ", name,
+                                                        ": cannot record its delete, so it was not "
+                                                        "begun (nothing signalled): ",
+                                                        recorded.message()));
+    }
+    BeginDelete(local);
   }
   Wake();
   listeners_.Notify(volume);
@@ -1019,12 +1140,17 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
 
 void LocalPodRuntime::BeginDelete(LocalPod& local) {
   local.deleting = true;
+  // The grace counts from the SIGTERM (the record has when the delete was
+  // asked for, earlier by its write: an adopting runtime's grace is shorter
+  // by as much, never longer).
   local.term_started = SteadyClock::now();
   local.pod.terminating = true;
-  local.record_stale = true;  // a restart from here on goes on with the delete
   // The share-manager stops its ganesha in order; its orphans, and
   // everything after the grace, are signalled by the monitor.
-  if (!local.share_manager_alive) return;
+  if (local.share_manager_alive) SignalShareManager(local);
+}
+
+void LocalPodRuntime::SignalShareManager(LocalPod& local) {
   for (const auto& p : local.procs) {
     if (p.pid != local.pid) continue;
     SignalWithGroup(p.pid, p.pidfd.get(), SIGCONT);  // a frozen pod must see its SIGTERM

@@ -7,9 +7,11 @@
 // <work_dir>/<volume>/pods/<pod>.pod (its share-manager's pid, /proc start
 // time and the boot's id) before Create returns, and a runtime started over
 // the same work dir adopts the live ones. The record is rewritten as the
-// pod's processes come and go and once its delete begins, so an adopting
-// runtime knows every process the pod still has (a filesystem check that
-// outlived its share-manager) and finishes a delete under way. A pid is
+// pod's processes come and go, and its delete is in it (fsynced) before
+// anything is signalled, so an adopting runtime knows every process the pod
+// still has (a filesystem check that outlived its share-manager) and finishes
+// a delete under way. Record files are written under no runtime-wide lock:
+// one pod's slow disk write holds up no other pod's Create, Delete or List. A pid is
 // trusted only with its start time in the same boot, so a reused pid is
 // never taken for the pod. A pod is gone only when its whole process tree is
 // (the share-manager and the children it started in their own groups,
@@ -30,6 +32,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/file_lock.h"
+#include "base/files.h"
 #include "base/loopback_port.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
@@ -65,6 +68,13 @@ struct LocalPodRuntimeOptions {
   base::PortRange port_range = kDefaultPortRange;
   // Who holds the work dir, as the error of a second runtime over it names it.
   std::string lock_holder = "pod runtime";
+  // Writes a pod record whole (readers see the old file or the new one).
+  // Unset: base::WriteFileAtomically. Only tests set it, to make one pod's
+  // record writes slow or fail, or to see what is written when; it is called
+  // from the runtime's threads and from Create's and Delete's callers.
+  std::function<absl::Status(const std::string& path, const std::string& text,
+                             base::Durability durability)>
+      write_record;
 };
 
 // Per-volume ports persisted in <work_dir>/.ports (flocked while read and
@@ -137,6 +147,20 @@ class LocalPodRuntime final : public PodRuntime {
   std::chrono::milliseconds TerminationGrace(const std::string& pod) const;
 
  private:
+  // Orders the record writes and removals of one pod name (its pods, one
+  // after another), so the latest state always lands last: each is
+  // versioned when snapshotted under mu_, and applied under `mu` alone (held
+  // by nothing but this name's writers, never with mu_); one older than what
+  // landed is dropped. So a stale write never lands after a newer one or the
+  // pod's removal, and a removal never after a new Create of the name.
+  struct RecordSlot {
+    absl::Mutex mu;
+    uint64_t landed ABSL_GUARDED_BY(mu) = 0;      // the newest version written or removed
+    std::string landed_path ABSL_GUARDED_BY(mu);  // what it wrote; empty after a removal
+    // Failed writes since the last that landed, and when one was last logged.
+    int failures ABSL_GUARDED_BY(mu) = 0;
+    std::chrono::steady_clock::time_point failure_logged ABSL_GUARDED_BY(mu);
+  };
   struct Proc {
     pid_t pid = 0;
     uint64_t start_ticks = 0;
@@ -164,13 +188,31 @@ class LocalPodRuntime final : public PodRuntime {
     // Other records that named this pod (see Load): removed once its own
     // record lists their processes too, or when the pod is gone.
     std::vector<std::string> superseded_records;
+    // Its name's record writes, in order (see RecordSlot).
+    std::shared_ptr<RecordSlot> slot;
+    // This pod among all pods of its name, past and to come.
+    uint64_t instance = 0;
+    // A write of its record waits for the writer thread: no second one is
+    // queued meanwhile (record_stale stays set until then).
+    bool record_queued = false;
+    // Delete is writing "deleting" into its record: nothing is signalled
+    // before that write lands, and a second Delete waits for it.
+    bool delete_recording = false;
   };
-  // A record to write (outside mu_) and the records it replaces.
+  // A record to write, or the records to remove, as snapshotted under mu_;
+  // applied outside it (Apply).
   struct RecordWrite {
     std::string name;
+    uint64_t instance = 0;
+    std::shared_ptr<RecordSlot> slot;
+    uint64_t version = 0;
     std::string path;
-    std::string text;
-    std::vector<std::string> superseded;
+    std::optional<std::string> text;  // nullopt: a removal of `unlinks`
+    base::Durability durability = base::Durability::kReplaced;
+    // After the write: the records it replaces (they name no process it
+    // does not). For a removal: every record of the pod.
+    std::vector<std::string> unlinks;
+    bool queued = false;  // by the monitor, for the writer thread
   };
   LocalPodRuntime(LocalPodRuntimeOptions options, base::FileLock work_dir_lock);
   // Deletes every pod first when `delete_pods`.
@@ -185,16 +227,34 @@ class LocalPodRuntime final : public PodRuntime {
   void Merge(LocalPod& kept, LocalPod other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What `local`'s record says: its pod, processes and delete.
   std::string RecordText(const LocalPod& local) const;
-  // The stale records, marked fresh; written by WriteRecords after mu_ is
-  // released (no disk write under the lock List takes).
-  std::vector<RecordWrite> TakeStaleRecords() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, record_mu_);
-  void WriteRecords(const std::vector<RecordWrite>& writes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(record_mu_) ABSL_LOCKS_EXCLUDED(mu_);
-  // Marks the pod deleting and SIGTERMs its share-manager.
+  // The record slot of pod `name`: the one its earlier pods used while any
+  // of their writes is pending, else a new one.
+  std::shared_ptr<RecordSlot> SlotFor(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `local`'s record as it is now, to write; marked fresh.
+  RecordWrite Snapshot(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stale records not queued yet, marked queued (for the writer thread).
+  std::vector<RecordWrite> TakeStaleRecords() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes or removes under the pod's slot lock alone (no runtime-wide lock
+  // across file I/O); a write older than what landed is dropped. A failed
+  // write is logged, at most every 30 s per pod name, and its recovery once.
+  absl::Status Apply(const RecordWrite& write) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells the pod how its Apply went: stale again when it failed; its
+  // superseded records gone when it landed.
+  void Settle(const RecordWrite& write, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies what the monitor queued, in order, off the monitor.
+  void RecordWriter();
+  // Marks the pod deleting and SIGTERMs its share-manager. Its record says
+  // so already.
   void BeginDelete(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a gone pod (its record paths go to `unlinks`).
-  void Forget(std::map<std::string, LocalPod>::iterator it, std::vector<std::string>& unlinks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, record_mu_);
+  // SIGCONT and SIGTERM to the share-manager and its group.
+  void SignalShareManager(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a gone pod; returns the removal of its records, to apply.
+  RecordWrite Forget(std::map<std::string, LocalPod>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes one record file through options_.write_record when set.
+  absl::Status WriteRecordFile(const std::string& path, const std::string& text,
+                               base::Durability durability) const;
   // The termination grace of a pod whose daemon runs with `stop_timeout`.
   std::chrono::milliseconds Grace(std::chrono::milliseconds stop_timeout) const;
   void Monitor();
@@ -215,11 +275,6 @@ class LocalPodRuntime final : public PodRuntime {
 
   // First: released only after everything below (the monitor included) is gone.
   base::FileLock work_dir_lock_;
-  // Held from reading a pod's state under mu_ until its record is written or
-  // removed: a record written from an older state never lands after a newer
-  // one, nor after its pod's removal (nor the removal after a new Create of
-  // the name).
-  absl::Mutex record_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   LocalPodRuntimeOptions options_;
   const std::string boot_id_;  // this boot's; empty when unreadable
   LocalPortTable ports_;
@@ -242,6 +297,15 @@ class LocalPodRuntime final : public PodRuntime {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread monitor_;
+  // Record slots by pod name, while any pod or pending write holds one.
+  std::map<std::string, std::weak_ptr<RecordSlot>> slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t record_version_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_instance_ ABSL_GUARDED_BY(mu_) = 0;
+  // The monitor's record writes and removals, for the writer thread: a slow
+  // disk holds up neither the monitor nor any caller.
+  std::vector<RecordWrite> record_jobs_ ABSL_GUARDED_BY(mu_);
+  bool writer_stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
   // Exited share-managers, their status read, not reaped yet. Reaping one can
   // block for a long time (see ChildProcess::ExitStatus): never under mu_,
   // which List waits for, nor on the monitor, which spawns the replacement.

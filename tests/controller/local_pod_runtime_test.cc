@@ -15,7 +15,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -60,20 +63,24 @@ struct Reaper {
   }
 };
 
+// Writes an executable script to `path`; returns the path.
+std::string WriteScript(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
 // A share-manager stand-in: starts a "ganesha" that ignores SIGTERM in its own
 // process group (its pid in <state-dir>/ganesha.pid), exits on SIGTERM itself.
 std::string FakeShareManager(const std::string& dir) {
-  const std::string path = dir + "/fake-share-manager";
-  std::ofstream(path) << R"(#!/bin/sh
+  return WriteScript(dir + "/fake-share-manager", R"(#!/bin/sh
 state=""
 while [ $# -gt 0 ]; do [ "$1" = --state-dir ] && state=$2; shift; done
 mkdir -p "$state"
 setsid sh -c 'trap "" TERM; echo $$ > "$0/ganesha.tmp"; mv "$0/ganesha.tmp" "$0/ganesha.pid"; exec sleep 60' "$state" &
 trap 'exit 0' TERM
 while :; do sleep 0.1; done
-)";
-  chmod(path.c_str(), 0755);
-  return path;
+)");
 }
 
 // A share-manager stand-in that ignores SIGTERM and runs a filesystem check
@@ -82,19 +89,29 @@ while :; do sleep 0.1; done
 // <dir>/e2fsck.pid.
 std::string FakeShareManagerWithFsck(const std::string& dir) {
   const std::string fsck = dir + "/e2fsck";
-  std::ofstream(fsck) << R"(#!/bin/sh
+  WriteScript(fsck, R"(#!/bin/sh
 trap "" TERM
 echo $$ > "$0.tmp"; mv "$0.tmp" "$0.pid"
 while [ -e "$1" ]; do sleep 0.1; done
-)";
-  chmod(fsck.c_str(), 0755);
-  const std::string path = dir + "/fake-share-manager";
-  std::ofstream(path) << "#!/bin/sh\n"
-                      << "trap '' TERM\n"
-                      << fsck << " " << dir << "/checking &\n"
-                      << "while :; do sleep 0.1; done\n";
-  chmod(path.c_str(), 0755);
-  return path;
+)");
+  return WriteScript(dir + "/fake-share-manager", "#!/bin/sh\ntrap '' TERM\n" + fsck + " " + dir +
+                                                      "/checking &\nwhile :; do sleep 0.1; done\n");
+}
+
+// A share-manager stand-in that is one process (no children, nothing that
+// changes its record) and dies on SIGTERM.
+std::string FakeQuietShareManager(const std::string& dir) {
+  return WriteScript(dir + "/fake-quiet-share-manager", "#!/bin/sh\nexec sleep 60\n");
+}
+
+// A share-manager stand-in that writes each SIGCONT and SIGTERM it gets to
+// <its path>.signals ("CONT", "TERM"), and exits on SIGTERM.
+std::string FakeSignalLoggingShareManager(const std::string& dir) {
+  return WriteScript(dir + "/fake-logging-share-manager", R"(#!/bin/sh
+trap 'echo CONT >> "$0.signals"' CONT
+trap 'echo TERM >> "$0.signals"; exit 0' TERM
+while :; do sleep 0.1; done
+)");
 }
 
 // Adds a sink to the default logger while it lives, to see what was logged.
@@ -174,17 +191,27 @@ pid_t WaitFsck(const std::string& bin_dir, Reaper& reaper) {
   return WaitPidFile(bin_dir + "/e2fsck.pid", reaper);
 }
 
-// A `sleep 30` child (handed to `reaper`) and its start ticks: a live process
-// for records to name.
-std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+// A child running `argv` (handed to `reaper`) and its start ticks: a live
+// process for records to name. SIGTERM reaches it, as it would a pod (the
+// test process blocks SIGTERM, and a child would inherit that).
+std::pair<pid_t, uint64_t> StartChild(Reaper& reaper, std::vector<const char*> argv) {
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    execlp("sleep", "sleep", "30", nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvp(argv[0], const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   reaper.Add(pid);
   return {pid, RequireOk(base::ReadProcStat(pid)).start_ticks};
+}
+
+// A `sleep 30` child (see StartChild): dies of SIGTERM.
+std::pair<pid_t, uint64_t> StartSleeper(Reaper& reaper) {
+  return StartChild(reaper, {"sleep", "30"});
 }
 
 // Writes <work_dir>/vol/pods/<file>: pod `name` of volume "vol", its
@@ -208,6 +235,11 @@ bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout, const std::strin
         return now.ok() && now->empty();
       },
       timeout);
+}
+
+// The steady clock's now in ms, as a record's delete_started_ms says it.
+int64_t SteadyNowMs() {
+  return std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count();
 }
 
 // The record files left under <work_dir>/vol/pods.
@@ -437,6 +469,47 @@ TEST_CASE(
   CHECK(WaitNoPods(*runtime, milliseconds(3000)));
   CHECK_FALSE(base::ProcessAlive(a, a_start));
   CHECK_FALSE(base::ProcessAlive(b, b_start));
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: of two records of one pod, a delete under way in the one dropped carries over "
+    "to the one kept") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  // Lives through SIGTERM, and writes <dir>/term when it gets one.
+  const std::string term = dir.path() + "/term";
+  const std::pair<pid_t, uint64_t> live = StartChild(
+      reaper,
+      {"sh", "-c", "trap 'echo TERM > \"$0\"' TERM; while :; do sleep 0.1; done", term.c_str()});
+  WriteRecord(dir.path(), "a.pod", name, 4, live.first,
+              "start_ticks=" + std::to_string(live.second) + "\n");
+  // Its process is gone: not the one kept. Its delete began.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  WriteRecord(dir.path(), "b.pod", name, 9, dead,
+              "start_ticks=" + std::to_string(dead_start) +
+                  "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs()) + "\n");
+
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(1500)});
+  CHECK(runtime->Pid(name) == live.first);
+  auto pods = runtime->List("vol");
+  REQUIRE(pods.ok());
+  REQUIRE(pods->size() == 1);
+  CHECK((*pods)[0].terminating);
+  CHECK(runtime->Delete(name).code() == absl::StatusCode::kUnavailable);  // under way
+  // The kept record says so before the dropped one goes; the kept pod's
+  // share-manager got its SIGTERM.
+  CHECK(WaitFor([&] { return RecordCount(dir.path()) == 1; }, milliseconds(2000)));
+  CHECK(RequireOk(base::ReadFile(dir.path() + "/vol/pods/a.pod")).find("\nstate=deleting\n") !=
+        std::string::npos);
+  CHECK(WaitFor([&] { return std::filesystem::exists(term); }, milliseconds(2000)));
+  // Then SIGKILL at the grace.
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  CHECK_FALSE(base::ProcessAlive(live.first, live.second));
   CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
   runtime->Shutdown();
 }
@@ -772,6 +845,194 @@ TEST_CASE(
   auto again = runtime->Create(Spec("vol-b"), 1);
   REQUIRE_MESSAGE(again.ok(), again.status().ToString());
   reaper.Add(runtime->Pid(again->name));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a record write stuck on one pod's disk holds up no other pod's Delete, List or "
+    "removal") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // Writes of vol-a's records block, while `block_a`, until released (at
+  // most 10 s: a runtime that waits for them fails the test, not hangs it).
+  std::atomic<bool> block_a{false};
+  std::atomic<bool> a_stuck{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeQuietShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300)};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (block_a && path.find("/vol-a/") != std::string::npos) {
+      a_stuck = true;
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(10), [&] { return released; });
+      a_stuck = false;
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod a = RequireOk(runtime->Create(Spec("vol-a"), 1));
+  reaper.Add(runtime->Pid(a.name));
+  const Pod b = RequireOk(runtime->Create(Spec("vol-b"), 1));
+  reaper.Add(runtime->Pid(b.name));
+  const std::string b_record = dir.path() + "/vol-b/pods/" + b.name + ".pod";
+  REQUIRE(std::filesystem::exists(b_record));
+
+  block_a = true;
+  std::future<absl::Status> a_deleted;
+  SUBCASE("A's Delete is writing A's record") {
+    a_deleted = std::async(std::launch::async, [&] { return runtime->Delete(a.name); });
+  }
+  SUBCASE("the runtime is rewriting A's record (its process exited)") {
+    kill(runtime->Pid(a.name), SIGKILL);
+  }
+  REQUIRE(WaitFor([&] { return a_stuck.load(); }, milliseconds(5000)));
+
+  const auto asked = Clock::now();
+  CHECK(runtime->Delete(b.name).ok());
+  CHECK(runtime->List("vol-b").ok());
+  CHECK(runtime->List("vol-a").ok());
+  CHECK(Clock::now() - asked < milliseconds(2000));
+  CHECK(a_stuck);  // none of them waited for A's write
+  // Nor does B's removal wait: B's share-manager died of its SIGTERM.
+  CHECK(WaitNoPods(*runtime, milliseconds(5000), "vol-b"));
+  CHECK(a_stuck);
+
+  {
+    std::lock_guard lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  if (a_deleted.valid()) {
+    CHECK(a_deleted.get().ok());
+  } else {
+    CHECK(runtime->Delete(a.name).ok());
+  }
+  CHECK(WaitNoPods(*runtime, milliseconds(5000), "vol-a"));
+  CHECK(WaitFor([&] { return !std::filesystem::exists(b_record); }, milliseconds(2000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: Delete records the delete durably before it signals anything, and fails "
+    "without a signal when it cannot") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::string binary = FakeSignalLoggingShareManager(dir.path());
+  const std::string signals = binary + ".signals";
+  std::atomic<bool> fail_deleting{false};
+  std::mutex mu;
+  std::optional<base::Durability> first_durability;  // of the first record saying "deleting"
+  std::optional<bool> signalled_before;              // whether the pod had a signal as it landed
+  LocalPodRuntimeOptions options{.share_manager_binary = binary,
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(5000)};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (text.find("\nstate=deleting\n") != std::string::npos) {
+      if (fail_deleting) return absl::UnavailableError("disk full");
+      std::lock_guard lock(mu);
+      if (!first_durability) {
+        // A signal sent before this write would be in the log by now.
+        std::this_thread::sleep_for(milliseconds(300));
+        first_durability = durability;
+        signalled_before = std::filesystem::exists(signals);
+      }
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
+  reaper.Add(runtime->Pid(pod.name));
+  const std::string record = dir.path() + "/vol/pods/" + pod.name + ".pod";
+
+  fail_deleting = true;
+  const absl::Status failed = runtime->Delete(pod.name);
+  CHECK(failed.code() == absl::StatusCode::kUnavailable);
+  CHECK(failed.message().find("disk full") != std::string::npos);
+  std::this_thread::sleep_for(milliseconds(300));  // a negative wait: no signal comes
+  CHECK_FALSE(std::filesystem::exists(signals));
+  auto pods = RequireOk(runtime->List("vol"));
+  REQUIRE(pods.size() == 1);
+  CHECK(pods[0].phase == PodPhase::kRunning);
+  CHECK_FALSE(pods[0].terminating);
+  CHECK(RequireOk(base::ReadFile(record)).find("state=deleting") == std::string::npos);
+
+  fail_deleting = false;  // the reconciler tries again
+  REQUIRE(runtime->Delete(pod.name).ok());
+  {
+    std::lock_guard lock(mu);
+    REQUIRE(first_durability.has_value());
+    CHECK(*first_durability == base::Durability::kFsync);
+    CHECK_FALSE(*signalled_before);
+  }
+  CHECK(RequireOk(base::ReadFile(record)).find("\nstate=deleting\n") != std::string::npos);
+  CHECK(WaitFor(
+      [&] {
+        auto text = base::ReadFile(signals);
+        return text.ok() && text->find("TERM") != std::string::npos;
+      },
+      milliseconds(3000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a runtime that adopts a deleting pod whose share-manager lives sends it "
+    "SIGTERM (its last runtime may have died before it could)") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::pair<pid_t, uint64_t> sleeper = StartSleeper(reaper);
+  const pid_t pid = sleeper.first;  // not structured bindings: a lambda captures them
+  const uint64_t start = sleeper.second;
+  WriteRecord(dir.path(), "x.pod", PodName("vol", 4), 4, pid,
+              "start_ticks=" + std::to_string(start) +
+                  "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs()) + "\n");
+  // SIGKILL only after 30 s: a sleeper gone sooner died of SIGTERM.
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(30'000)});
+  CHECK(WaitFor([&] { return !base::ProcessAlive(pid, start); }, milliseconds(3000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(3000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a failing record rewrite is logged once, then at most every 30 s, and its "
+    "recovery once") {
+  testing_support::TempDir dir;
+  LogCapture log;  // outlives the runtime
+  Reaper reaper;
+  std::atomic<bool> failing{false};
+  std::atomic<int> failed{0};
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300)};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (failing) {
+      ++failed;
+      return absl::UnavailableError("disk full");
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
+  reaper.Add(runtime->Pid(pod.name));
+  WaitGanesha(dir.path() + "/vol/state", reaper);
+
+  // The stand-in's children come and go: its record is rewritten, and
+  // tried again on every monitor pass (100 ms) while that fails.
+  failing = true;
+  REQUIRE(WaitFor([&] { return failed >= 5; }, milliseconds(5000)));
+  CHECK(log.Count(pod.name + ": cannot update its record") == 1);
+  failing = false;
+  CHECK(WaitFor([&] { return log.Count(pod.name + ": its record is written again") == 1; },
+                milliseconds(3000)));
+  CHECK(log.Count(pod.name + ": cannot update its record") == 1);
+  REQUIRE(runtime->Delete(pod.name).ok());
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
   runtime->Shutdown();
 }
 
