@@ -86,7 +86,8 @@ void Controller::FollowHealth(const std::string& name) {
     watched = endpoint;
     if (!endpoint.empty()) {
       watch = std::make_unique<StatusWatch>(
-          endpoint, [this, name](const StatusWatch::Event&) { queue_->Add(name); });
+          endpoint, [this, name](const StatusWatch::Event&) { queue_->Add(name); },
+          options_.watch_security);
     }
   }
   // Destroyed outside the lock: it joins its thread.

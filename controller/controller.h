@@ -23,6 +23,8 @@ struct ControllerOptions {
   WorkQueueOptions queue;
   // Follow each pod's WatchStatus so changes trigger a pass at once.
   bool watch_health = true;
+  // How those watches connect (plaintext or mTLS, as the connector does).
+  base::ClientSecurity watch_security;
 };
 
 class Controller {

@@ -776,7 +776,10 @@ absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::
       // The pod's own place (volume, epoch, directories, ports); flags follow.
       "--volume", spec.volume(), "--epoch", std::to_string(epoch), "--export-dir",
       volume_dir + "/export", "--state-dir", volume_dir + "/state", "--nfs-address", "127.0.0.1",
-      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint, "--pod-uid", pod.uid};
+      "--nfs-port", std::to_string(pod.nfs_port), "--listen", pod.endpoint, "--pod-uid", pod.uid,
+      // No kubelet probes local pods (the controller asks the gRPC port), and
+      // the default 0.0.0.0:9601 would be one port for every pod.
+      "--health-listen", "none"};
   daemon.insert(daemon.end(), options_.daemon_flags.begin(), options_.daemon_flags.end());
   daemon.insert(daemon.end(), spec.daemon_flags().begin(), spec.daemon_flags().end());
   // What the daemon will use: the last --stop-timeout wins, the share's own included.

@@ -25,6 +25,7 @@
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "base/loopback_port.h"
+#include "base/tls.h"
 #include "base/validate.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
@@ -125,6 +126,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-remounts", max_remounts,
                  "A share read-only again after this many acknowledged remounts is replaced")
       ->capture_default_str();
+  // mTLS to share-managers whose --listen serves TLS (give them theirs with
+  // --daemon-flag=--tls-dir=...).
+  base::TlsFlags tls;
+  base::AddTlsFlags(app, tls, base::TlsRole::kClient);
   CLI11_PARSE(app, argc, argv);
 
   if (!shares_file.empty()) {
@@ -165,6 +170,13 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // After the mask: the credentials' file watcher is a thread, and every
+  // thread must leave SIGTERM to sigwait below. Still before anything is written.
+  auto security = base::ResolveClientSecurity(tls);
+  if (!security.ok()) {
+    std::cerr << "share-controller: " << security.status().message() << "\n";
+    return 2;
+  }
 
   // Two controllers on one store file would overwrite each other's records
   // (and epochs): locked before it is read, held until exit. The work dir is
@@ -217,7 +229,8 @@ int main(int argc, char** argv) {
 
   // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
-      {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout))});
+      {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout)),
+       .security = *security});
   // The wall clock only stamps the record; every duration is measured on
   // the monotonic clock, so a clock step neither stalls nor hastens a failover.
   controller::SystemWallClock clock;
@@ -230,6 +243,7 @@ int main(int argc, char** argv) {
   options.reconciler.repair_budget_ms = ParseMs("--repair-budget", repair_budget);
   options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
   options.reconciler.max_remounts = max_remounts;
+  options.watch_security = *security;
   // Holds the work dir until exit: another share-controller on it is refused.
   auto opened =
       controller::LocalPodRuntime::Open({.share_manager_binary = binary,

@@ -8,7 +8,9 @@ namespace {
 namespace v1 = sharemanager::v1;
 using base::FromGrpcStatus;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint, milliseconds deadline) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint,
+                                           const ShareClientOptions& options) {
+  const milliseconds deadline = options.deadline;
   grpc::ChannelArguments args;
   // The minimum connect timeout: a connect never outlives a call's deadline.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(deadline.count()));
@@ -19,7 +21,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint, millisec
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  options.security.Apply(args);
+  return grpc::CreateCustomChannel(endpoint, options.security.credentials(), args);
 }
 
 }  // namespace
@@ -27,7 +30,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& endpoint, millisec
 ShareClient::ShareClient(const std::string& endpoint, ShareClientOptions options)
     : endpoint_(endpoint),
       options_(options),
-      channel_(MakeChannel(endpoint, options.deadline)),
+      channel_(MakeChannel(endpoint, options)),
       stub_(v1::ShareManager::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
@@ -81,9 +84,10 @@ absl::StatusOr<bool> ShareClient::Check(const std::string& service,
 }
 
 StatusWatch::StatusWatch(std::string endpoint, std::function<void(const Event&)> on_event,
-                         milliseconds max_backoff)
+                         base::ClientSecurity security, milliseconds max_backoff)
     : endpoint_(std::move(endpoint)),
       on_event_(std::move(on_event)),
+      security_(std::move(security)),
       max_backoff_(max_backoff),
       thread_([this] { Run(); }) {}
 
@@ -100,7 +104,8 @@ void StatusWatch::Run() {
   milliseconds backoff(50);
   for (;;) {
     // A fresh channel per attempt: our own backoff paces reconnects, not gRPC's.
-    auto stub = v1::ShareManager::NewStub(MakeChannel(endpoint_, milliseconds(2000)));
+    auto stub = v1::ShareManager::NewStub(
+        MakeChannel(endpoint_, {.deadline = milliseconds(2000), .security = security_}));
     grpc::ClientContext context;
     {
       absl::MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 
@@ -26,6 +27,9 @@ using std::chrono::milliseconds;
 
 struct ShareClientOptions {
   milliseconds deadline{2000};
+  // Plaintext by default; mTLS to share-managers started with TLS
+  // (base::ResolveClientSecurity: one set of credentials for every channel).
+  base::ClientSecurity security;
 };
 
 class ShareClient {
@@ -62,8 +66,9 @@ class StatusWatch {
     std::optional<sharemanager::v1::ShareStatus> status;  // nullopt: unreachable
     std::string error;
   };
+  // Connects as `security` says (plaintext by default).
   StatusWatch(std::string endpoint, std::function<void(const Event&)> on_event,
-              milliseconds max_backoff = milliseconds(2000));
+              base::ClientSecurity security = {}, milliseconds max_backoff = milliseconds(2000));
   ~StatusWatch();
   StatusWatch(const StatusWatch&) = delete;
   StatusWatch& operator=(const StatusWatch&) = delete;
@@ -73,6 +78,7 @@ class StatusWatch {
 
   std::string endpoint_;
   std::function<void(const Event&)> on_event_;
+  base::ClientSecurity security_;
   milliseconds max_backoff_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

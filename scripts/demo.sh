@@ -12,6 +12,7 @@ sm=$PWD/build/sharemgr/share-manager
 work=$(mktemp -d /tmp/share-manager-demo.XXXXXX)
 nfs_port=${NFS_PORT:-20490}
 grpc_addr=127.0.0.1:${GRPC_PORT:-19600}
+health_addr=127.0.0.1:${HEALTH_PORT:-19601} # plaintext, health checks only (what kubelet probes)
 volume=demo-volume
 daemon_pid=
 cleanup() {
@@ -25,11 +26,11 @@ trap cleanup EXIT
 echo "== starting share-manager (log: $work/share-manager.log)"
 "$sm" daemon --volume "$volume" --export-dir "$work/export" --state-dir "$work/state" \
   --nfs-address 127.0.0.1 --nfs-port "$nfs_port" --listen "$grpc_addr" \
-  --grace-period 5 --lease-lifetime 5 >"$work/share-manager.log" 2>&1 &
+  --health-listen "$health_addr" --grace-period 5 --lease-lifetime 5 >"$work/share-manager.log" 2>&1 &
 daemon_pid=$!
 
 for _ in $(seq 100); do
-  "$sm" probe --addr "$grpc_addr" --timeout 1s >/dev/null 2>&1 && break
+  "$sm" probe --addr "$health_addr" --timeout 1s >/dev/null 2>&1 && break
   sleep 0.1
 done
 "$sm" status --addr "$grpc_addr"

@@ -34,23 +34,28 @@ std::string TargetOf(const std::string& addr) {
   return addr.starts_with("/") ? "unix:" + addr : addr;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, base::Duration timeout) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, base::Duration timeout,
+                                           const base::ClientSecurity& security) {
   grpc::ChannelArguments args;
   // gRPC uses this as the minimum connect timeout: give a slow server the
   // whole --timeout to complete the handshake, and no more.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(timeout.count()));
-  return grpc::CreateCustomChannel(TargetOf(addr), grpc::InsecureChannelCredentials(), args);
+  security.Apply(args);
+  return grpc::CreateCustomChannel(TargetOf(addr), security.credentials(), args);
 }
 
 // Exit code for a failed call: no connection at all vs. a call that failed.
-int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::string& what) {
+// `hint` ends the message when there was no connection (what to check).
+int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::string& what,
+                const std::string& hint = "") {
   const bool connected = channel.GetState(false) == GRPC_CHANNEL_READY;
   const std::string detail = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                                  ? "no answer within --timeout (server frozen, overloaded or "
                                    "unreachable)"
                                  : status.error_message();
   std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ") << detail
-            << " (gRPC code " << static_cast<int>(status.error_code()) << ")\n";
+            << " (gRPC code " << static_cast<int>(status.error_code()) << ")"
+            << (connected ? "" : hint) << "\n";
   return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
                                                                            : kClientUnreachable;
 }
@@ -116,7 +121,28 @@ class Client {
       return kClientBadArgs;
     }
     timeout_ = *timeout;
-    channel_ = MakeChannel(flags_.addr, timeout_);
+    auto security = base::ResolveClientSecurity(flags_.tls);
+    if (!security.ok()) {
+      std::cerr << "share-manager: " << security.status().message() << "\n";
+      return kClientBadArgs;
+    }
+    if (security->enabled() && flags_.addr.starts_with("/")) {
+      std::cerr << "share-manager: the unix socket is plaintext (its file mode guards it); "
+                   "drop the --tls-* flags for it\n";
+      return kClientBadArgs;
+    }
+    // A failed connect says what to check: a plaintext one dropped at once is
+    // most often a TLS port; a TLS one, a certificate or name mismatch.
+    if (!security->enabled() && !flags_.addr.starts_with("/")) {
+      hint_ =
+          "; if the share-manager serves TLS, pass --tls-dir (or --tls-cert/--tls-key/--tls-ca)";
+    } else if (security->enabled()) {
+      hint_ =
+          "; with TLS: the server's certificate must chain to --tls-ca and name "
+          "--tls-server-name (default: the address's host), and the server must accept this "
+          "client's certificate";
+    }
+    channel_ = MakeChannel(flags_.addr, timeout_, *security);
     return -1;
   }
 
@@ -131,7 +157,7 @@ class Client {
     Prepare(context);
     v1::ShareStatus status;
     const auto rpc = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
-    if (!rpc.ok()) return FailureCode(rpc, *channel_, "GetStatus");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "GetStatus", hint_);
     std::cout << (flags_.json ? ToJson(status) + "\n" : Describe(status));
     return kClientOk;
   }
@@ -177,10 +203,10 @@ class Client {
       return FailureCode(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
                                   : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                                  "no status within --timeout"),
-                         *channel_, "WatchStatus");
+                         *channel_, "WatchStatus", hint_);
     }
     if (!rpc.ok() && rpc.error_code() != grpc::StatusCode::CANCELLED) {
-      return FailureCode(rpc, *channel_, "WatchStatus");
+      return FailureCode(rpc, *channel_, "WatchStatus", hint_);
     }
     std::cerr << "share-manager: the status stream ended (server stopping)\n";
     return kClientOk;
@@ -195,7 +221,7 @@ class Client {
     request.set_generation(flags_.generation);
     v1::MountResponse response;
     const auto rpc = stub->Mount(&context, request, &response);
-    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Mount");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Mount", hint_);
     std::cout << (flags_.json ? ToJson(response)
                               : absl::StrCat("mounted; handled remount generation ",
                                              response.handled_generation()))
@@ -211,7 +237,7 @@ class Client {
     request.set_epoch(flags_.epoch);
     v1::UnmountResponse response;
     const auto rpc = stub->Unmount(&context, request, &response);
-    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Unmount");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Unmount", hint_);
     std::cout << (flags_.json ? ToJson(response) : std::string("unmounted; ganesha keeps running"))
               << "\n";
     return kClientOk;
@@ -225,7 +251,7 @@ class Client {
     request.set_service(flags_.service);
     HealthCheckResponse response;
     const auto rpc = stub->Check(&context, request, &response);
-    if (!rpc.ok()) return FailureCode(rpc, *channel_, "health check");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "health check", hint_);
     const auto name = HealthCheckResponse::ServingStatus_Name(response.status());
     std::cout << "status: " << name << "\n";
     return response.status() == HealthCheckResponse::SERVING ? kClientOk : kClientNotServing;
@@ -234,6 +260,7 @@ class Client {
  private:
   const ClientFlags& flags_;
   base::Duration timeout_{0};
+  std::string hint_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 
@@ -247,6 +274,7 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
         ->capture_default_str();
     cmd->add_option("--timeout", flags.timeout, "Deadline for the call (connect included)")
         ->capture_default_str();
+    base::AddTlsFlags(*cmd, flags.tls, base::TlsRole::kClient);
     cmd->callback([&flags, exit_code, method] {
       Client client(flags);
       *exit_code = client.Init();

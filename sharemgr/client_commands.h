@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/tls.h"
+
 namespace CLI {
 class App;
 }
@@ -19,6 +21,7 @@ struct ClientFlags {
   std::string service;
   uint64_t epoch = 0;
   uint64_t generation = 0;
+  base::TlsFlags tls;  // mTLS to a --listen port that serves TLS
 };
 
 // Registers the subcommands on `app`; each sets `*exit_code` when it runs.

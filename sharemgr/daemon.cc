@@ -1,5 +1,6 @@
 #include "sharemgr/daemon.h"
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/tls.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/unix_socket.h"
 
@@ -24,6 +26,10 @@ constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 constexpr int kMaxMessageBytes = 64 * 1024;
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kThreadsForQuickCalls = 16;
+// The health port answers probes only: a few threads, so a flood there
+// costs the API nothing.
+constexpr int kHealthPortThreads = 4;
+constexpr int kHealthPortStreamsPerConnection = 8;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
 
@@ -193,7 +199,13 @@ absl::Status Daemon::StartGrpc() {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   int port = 0;
-  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port);
+  // With TLS the port speaks nothing else: the plaintext way in is the unix
+  // socket (its mode guards it) and, for health only, the health port.
+  builder.AddListeningPort(
+      config_.listen,
+      config_.tls ? base::TlsServerCredentials(*config_.tls, config_.tls_allowed_clients)
+                  : grpc::InsecureServerCredentials(),
+      &port);
   if (!config_.socket.empty()) {
     if (auto status = PrepareSocketPath(config_.socket); !status.ok()) return status;
     builder.AddListeningPort("unix:" + config_.socket, grpc::InsecureServerCredentials());
@@ -229,20 +241,57 @@ absl::Status Daemon::StartGrpc() {
                                                config_.socket.empty() ? "" : " and unix:",
                                                config_.socket, " (address in use or not local?)"));
   }
+  // A start that fails past this point leaves no server and no socket behind.
+  auto abandon = [this](absl::Status status) {
+    server_->Shutdown();
+    server_.reset();
+    if (!config_.socket.empty()) unlink(config_.socket.c_str());
+    return status;
+  };
   if (!config_.socket.empty()) {
     if (auto status = RestrictSocket(config_.socket, config_.socket_group); !status.ok()) {
-      server_->Shutdown();
-      server_.reset();
-      unlink(config_.socket.c_str());
-      return status;
+      return abandon(status);
     }
   }
-  spdlog::info("gRPC listening on {}{}{}; volume {} epoch {}", config_.listen,
+  spdlog::info("gRPC listening on {}{}{}{}; volume {} epoch {}", config_.listen,
+               config_.tls ? absl::StrCat(" (mutual TLS, ", config_.tls_allowed_clients.size(),
+                                          " allowed client name(s))")
+                           : " (plaintext)",
                config_.socket.empty() ? "" : " and unix:", config_.socket,
                config_.ganesha.input().volume, config_.limits.epoch);
+  std::vector<grpc::HealthCheckServiceInterface*> health = {server_->GetHealthCheckService()};
+  if (!config_.health_listen.empty()) {
+    if (auto status = StartHealthServer(); !status.ok()) return abandon(status);
+    health.push_back(health_server_->GetHealthCheckService());
+  }
   health_.emplace(
-      *server_->GetHealthCheckService(), [this] { return loop_.last_tick(); },
-      config_.loop_stall_limit);
+      std::move(health), [this] { return loop_.last_tick(); }, config_.loop_stall_limit);
+  return absl::OkStatus();
+}
+
+// kubelet's gRPC probes speak plaintext only: this server answers them and
+// nothing else. Its only service is gRPC's default health service; every
+// other call meets the generic service, which answers UNIMPLEMENTED (and
+// gives the server the callback queue gRPC needs to start at all).
+absl::Status Daemon::StartHealthServer() {
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&health_port_rest_);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int port = 0;
+  builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kHealthPortStreamsPerConnection);
+  grpc::ResourceQuota quota("share-manager-health");
+  quota.SetMaxThreads(kHealthPortThreads);
+  builder.SetResourceQuota(quota);
+  health_server_ = builder.BuildAndStart();
+  if (!health_server_ || port == 0) {
+    health_server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
+                                               config_.health_listen, " (address in use?)"));
+  }
+  spdlog::info("health checks (plaintext, grpc.health.v1 only) on {}", config_.health_listen);
   return absl::OkStatus();
 }
 
@@ -251,7 +300,10 @@ void Daemon::BeginServerStop() {
   server_stopper_ = std::thread([this] {
     board_.Close();
     server_->GetHealthCheckService()->Shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + kRpcDrainTime);
+    if (health_server_) health_server_->GetHealthCheckService()->Shutdown();
+    const auto drained = std::chrono::system_clock::now() + kRpcDrainTime;
+    server_->Shutdown(drained);
+    if (health_server_) health_server_->Shutdown(drained);
   });
 }
 

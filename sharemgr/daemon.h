@@ -1,10 +1,11 @@
 // `share-manager daemon`: the Daemon owns every part (event loop, status
-// board, volume owner, share, supervisor, volume monitor, gRPC server) with
+// board, volume owner, share, supervisor, volume monitor, gRPC servers) with
 // explicit lifetimes: members are declared in the order they may be used by
 // the ones after them, so destruction never leaves a thread or a callback
 // pointing at something gone.
 #pragma once
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -44,6 +45,7 @@ class Daemon {
  private:
   // Loop thread unless said otherwise.
   absl::Status StartGrpc();
+  absl::Status StartHealthServer();
   void OnVolumePrepared(const absl::Status& status);
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
@@ -71,6 +73,9 @@ class Daemon {
   ShareService service_;
   LonghornService longhorn_;
   std::unique_ptr<grpc::Server> server_;
+  // Answers UNIMPLEMENTED to whatever is not a health check on health_server_.
+  grpc::CallbackGenericService health_port_rest_;
+  std::unique_ptr<grpc::Server> health_server_;  // null without --health-listen
   std::optional<HealthPublisher> health_;
   std::thread server_stopper_;
   bool volume_failed_ = false;

@@ -24,20 +24,20 @@ absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string&
 }
 
 // HOST:PORT, [V6]:PORT or :PORT (all interfaces).
-absl::Status ValidateListen(const std::string& listen) {
+absl::Status ValidateListen(absl::string_view flag, const std::string& listen) {
   const auto colon = listen.rfind(':');
   int64_t port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--listen '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
+        absl::StrCat(flag, " '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
   }
-  if (auto s = base::ValidatePort("--listen", port); !s.ok()) return s;
+  if (auto s = base::ValidatePort(flag, port); !s.ok()) return s;
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   if (host.empty() || host == "localhost") return absl::OkStatus();
-  return base::ValidateIpAddress("--listen", host);
+  return base::ValidateIpAddress(flag, host);
 }
 
 std::string ProbeHost(const std::string& bind) {
@@ -58,6 +58,10 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->capture_default_str();
   app.add_option("--nfs-port", f.nfs_port, "NFS port")->capture_default_str();
   app.add_option("--listen", f.listen, "gRPC listen address HOST:PORT")->capture_default_str();
+  app.add_option("--health-listen", f.health_listen,
+                 "Plaintext address serving only grpc.health.v1 (kubelet gRPC probes), or none")
+      ->capture_default_str();
+  base::AddTlsFlags(app, f.tls, base::TlsRole::kServer);
   app.add_option("--socket", f.socket,
                  "Also serve gRPC on this unix socket path (mode 0600; its directory must not "
                  "be world-writable)");
@@ -173,7 +177,24 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       "--export-dir", f.export_dir.empty() ? absl::StrCat("/export/", f.volume) : f.export_dir,
       true);
   if (!export_dir.ok()) return export_dir.status();
-  if (auto s = ValidateListen(f.listen); !s.ok()) return s;
+  if (auto s = ValidateListen("--listen", f.listen); !s.ok()) return s;
+  std::string health_listen;
+  if (f.health_listen != "none") {
+    if (auto s = ValidateListen("--health-listen", f.health_listen); !s.ok()) return s;
+    health_listen = f.health_listen;
+  }
+  auto tls = base::ResolveTlsFiles(f.tls);
+  if (!tls.ok()) return tls.status();
+  // A CA signs many certificates: accepting any of them must be a decision
+  // written down, not the default.
+  if (*tls && f.tls.allowed_clients.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs --tls-allowed-client NAME (repeatable): the client certificates' DNS SAN "
+        "or CN that may call");
+  }
+  for (const auto& name : f.tls.allowed_clients) {
+    if (auto s = base::ValidateOption("--tls-allowed-client", name, " "); !s.ok()) return s;
+  }
   std::string socket;
   if (!f.socket.empty()) {
     auto normal = base::NormalizePath("--socket", f.socket, true);
@@ -294,6 +315,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   return DaemonConfig{
       .ganesha = *std::move(ganesha),
       .listen = f.listen,
+      .health_listen = health_listen,
+      .tls = *tls,
+      .tls_allowed_clients = f.tls.allowed_clients,
       .socket = socket,
       .socket_group = socket_group,
       .state_dir = *state_dir,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tls.h"
 #include "sharemgr/ganesha_config.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/volume.h"
@@ -27,6 +28,9 @@ struct DaemonFlags {
   std::string nfs_address = "0.0.0.0";
   int64_t nfs_port = 2049;
   std::string listen = "0.0.0.0:9600";
+  // Plaintext grpc.health.v1 only, for kubelet probes; "none" disables it.
+  std::string health_listen = "0.0.0.0:9601";
+  base::TlsFlags tls;
   std::string socket;
   std::string socket_group;
   std::string state_dir;
@@ -74,6 +78,10 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
 struct DaemonConfig {
   GaneshaConfig ganesha;
   std::string listen;
+  std::string health_listen;  // empty: no health port
+  // --listen serves mutual TLS only with these; the unix socket stays plaintext.
+  std::optional<base::TlsFiles> tls;
+  std::vector<std::string> tls_allowed_clients;
   std::string socket;                 // unix socket path, or empty
   std::optional<gid_t> socket_group;  // the socket is 0660 with it, else 0600
   std::string state_dir;

@@ -10,10 +10,10 @@ namespace sharemgr {
 
 using supervisor::State;
 
-HealthPublisher::HealthPublisher(grpc::HealthCheckServiceInterface& health,
+HealthPublisher::HealthPublisher(std::vector<grpc::HealthCheckServiceInterface*> health,
                                  std::function<base::TimePoint()> last_tick,
                                  base::Duration stall_limit)
-    : health_(health), last_tick_(std::move(last_tick)), stall_limit_(stall_limit) {
+    : health_(std::move(health)), last_tick_(std::move(last_tick)), stall_limit_(stall_limit) {
   Apply();
   watchdog_ = std::thread([this] { Watchdog(); });
 }
@@ -40,12 +40,14 @@ void HealthPublisher::Apply() {
   // gRPC pushes every SetServingStatus to Watch streams, changed or not; a
   // watcher should see changes only (STARTING -> DEGRADED is NOT_SERVING twice).
   if (ready != published_ready_) {
-    health_.SetServingStatus("", ready);
-    health_.SetServingStatus(kReadinessService, ready);
+    for (auto* health : health_) {
+      health->SetServingStatus("", ready);
+      health->SetServingStatus(kReadinessService, ready);
+    }
     published_ready_ = ready;
   }
   if (live != published_live_) {
-    health_.SetServingStatus(kLivenessService, live);
+    for (auto* health : health_) health->SetServingStatus(kLivenessService, live);
     published_live_ = live;
   }
 }

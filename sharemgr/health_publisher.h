@@ -1,11 +1,13 @@
 // Maps the share's state onto grpc.health.v1: readiness ("" and "readiness")
-// and liveness ("liveness", fed by a watchdog on the supervisor loop).
+// and liveness ("liveness", fed by a watchdog on the supervisor loop), on every
+// server that answers health checks (the API port and the plaintext health port).
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -22,8 +24,8 @@ class HealthPublisher {
  public:
   // `last_tick` reports when the supervisor loop last woke (TimePoint{} before
   // it first runs); a running loop silent for longer than `stall_limit` makes
-  // liveness NOT_SERVING.
-  HealthPublisher(grpc::HealthCheckServiceInterface& health,
+  // liveness NOT_SERVING. Every service in `health` gets the same answers.
+  HealthPublisher(std::vector<grpc::HealthCheckServiceInterface*> health,
                   std::function<base::TimePoint()> last_tick, base::Duration stall_limit);
   ~HealthPublisher();
   HealthPublisher(const HealthPublisher&) = delete;
@@ -36,7 +38,7 @@ class HealthPublisher {
   void Apply() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog() ABSL_LOCKS_EXCLUDED(mu_);
 
-  grpc::HealthCheckServiceInterface& health_;
+  const std::vector<grpc::HealthCheckServiceInterface*> health_;
   std::function<base::TimePoint()> last_tick_;
   base::Duration stall_limit_;
   absl::Mutex mu_;

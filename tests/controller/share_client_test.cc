@@ -45,7 +45,7 @@ TEST_CASE("StatusWatch reconnects to a closed port with a doubling backoff up to
           absl::MutexLock lock(&mu);
           failures.push_back(std::chrono::steady_clock::now());
         },
-        std::chrono::milliseconds(400));
+        base::ClientSecurity{}, std::chrono::milliseconds(400));
     absl::MutexLock lock(&mu);
     auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return failures.size() >= 9; };
     REQUIRE(mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30)));

@@ -363,6 +363,7 @@ TEST_CASE("volume 7. bad devices are refused with a clear error and exit code 5"
         "--nfs-address",      "127.0.0.1",
         "--nfs-port",         std::to_string(base::FreeLoopbackPort()),
         "--listen",           "127.0.0.1:" + std::to_string(base::FreeLoopbackPort()),
+        "--health-listen",    "none",
         "--device",           device,
         "--failed-linger",    "0s"};
     argv.insert(argv.end(), extra.begin(), extra.end());

@@ -58,7 +58,7 @@ bool WaitUntil(const std::function<bool()>& done) {
 TEST_CASE("readiness follows SERVING, liveness fails only for FAILED") {
   FakeHealth health;
   HealthPublisher publisher(
-      health, [] { return base::Clock::now(); }, milliseconds(1000));
+      {&health}, [] { return base::Clock::now(); }, milliseconds(1000));
   CHECK_FALSE(health.Get(""));  // starts NOT_SERVING
   CHECK_FALSE(health.Get(kReadinessService));
   CHECK(health.Get(kLivenessService));
@@ -75,10 +75,30 @@ TEST_CASE("readiness follows SERVING, liveness fails only for FAILED") {
   CHECK_FALSE(health.Get(kLivenessService));
 }
 
+TEST_CASE("the API port's and the health port's health services get the same answers") {
+  FakeHealth api, probes;
+  HealthPublisher publisher(
+      {&api, &probes}, [] { return base::Clock::now(); }, milliseconds(1000));
+  for (auto* health : {&api, &probes}) {
+    CHECK_FALSE(health->Get(kReadinessService));
+    CHECK(health->Get(kLivenessService));
+  }
+  publisher.OnState(State::kServing);
+  for (auto* health : {&api, &probes}) {
+    CHECK(health->Get(""));
+    CHECK(health->Get(kReadinessService));
+  }
+  publisher.OnState(State::kFailed);
+  for (auto* health : {&api, &probes}) {
+    CHECK_FALSE(health->Get(kReadinessService));
+    CHECK_FALSE(health->Get(kLivenessService));
+  }
+}
+
 TEST_CASE("Watch streams get changes only, not a repeat per state change") {
   FakeHealth health;
   HealthPublisher publisher(
-      health, [] { return base::Clock::now(); }, milliseconds(1000));
+      {&health}, [] { return base::Clock::now(); }, milliseconds(1000));
   publisher.OnState(State::kDegraded);  // STARTING -> DEGRADED: NOT_SERVING both
   publisher.OnState(State::kStarting);  // ganesha restarting: still NOT_SERVING
   CHECK(health.Sets(kReadinessService) == 1);
@@ -92,7 +112,7 @@ TEST_CASE("a supervisor loop that has not started yet is not a stall") {
   FakeHealth health;
   std::atomic<int64_t> tick_ms{0};  // the volume is still being checked and mounted
   HealthPublisher publisher(
-      health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(50));
+      {&health}, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, milliseconds(50));
   // A negative wait, the assertion itself: for sixteen watchdog checks (every
   // 50 ms / 4), checked all along, the loop never ran and liveness never flips.
   CHECK(testing_support::HoldsFor(
@@ -120,7 +140,7 @@ TEST_CASE("a supervisor loop that stops ticking turns liveness NOT_SERVING, and 
     // thread cannot pass for a stall.
     constexpr milliseconds kStallLimit(1000);
     HealthPublisher publisher(
-        health, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, kStallLimit);
+        {&health}, [&] { return base::TimePoint(milliseconds(tick_ms.load())); }, kStallLimit);
     publisher.OnState(State::kServing);
     // A negative wait, the assertion itself: for two watchdog checks (every
     // 250 ms) of a ticking loop, checked all along, liveness is never set

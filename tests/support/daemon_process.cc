@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->volume_ = spec.volume;
   d->nfs_port_ = base::FreeLoopbackPort();
   d->addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
+  d->health_addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
   std::vector<std::string> argv = spec.wrapper;
   argv.push_back(ShareManagerBinary());
   argv.insert(argv.end(), spec.global_flags.begin(), spec.global_flags.end());
@@ -60,6 +61,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
                "--listen",         d->addr_,    "--grace-period", "2",
                "--lease-lifetime", "2",         "--stop-timeout", "3s",
                "--failed-linger",  "1s",        "--log-level",    "debug"});
+  argv.insert(argv.end(), {"--health-listen", d->health_addr_});  // never the default 9601
   argv.insert(argv.end(), spec.extra_flags.begin(), spec.extra_flags.end());
   auto child = supervisor::ChildProcess::Spawn(argv);
   if (!child.ok()) return child.status();

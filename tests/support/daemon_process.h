@@ -60,6 +60,8 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
   const std::string& addr() const { return addr_; }
+  // The plaintext health-only port (--health-listen; extra_flags may override it).
+  const std::string& health_addr() const { return health_addr_; }
   uint16_t nfs_port() const { return nfs_port_; }
   const std::string& volume() const { return volume_; }
   std::string pseudo_path() const { return "/" + volume_; }
@@ -99,7 +101,7 @@ class DaemonProcess {
   void KillLeftovers();
   bool UnmountLeftovers();
 
-  std::string dir_, export_dir_, state_dir_, addr_, volume_;
+  std::string dir_, export_dir_, state_dir_, addr_, health_addr_, volume_;
   uint16_t nfs_port_ = 0;
   std::optional<supervisor::ChildProcess> child_;
   std::optional<int> exit_code_;

@@ -1,0 +1,237 @@
+#include "base/tls.h"
+
+#include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/clock.h"
+#include "base/files.h"
+
+namespace base {
+namespace {
+
+template <typename T, void (*Free)(T*)>
+struct OpenSslDeleter {
+  void operator()(T* p) const { Free(p); }
+};
+using BioPtr = std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>>;
+using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509, X509_free>>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY, EVP_PKEY_free>>;
+
+BioPtr MemoryBio(const std::string& pem) {
+  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+// `what` names the flag and the file in every message.
+absl::StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  auto pem = ReadFile(path);
+  if (!pem.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", pem.status().message()));
+  }
+  return pem;
+}
+
+absl::StatusOr<X509Ptr> FirstCertificate(const std::string& what, const std::string& pem) {
+  auto bio = MemoryBio(pem);
+  X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) return absl::InvalidArgumentError(absl::StrCat(what, " holds no PEM certificate"));
+  return cert;
+}
+
+// Read once here so a bad file is one clear line at start; gRPC's watcher
+// would only log and fail every handshake.
+absl::Status CheckFiles(const TlsFiles& files, const std::string& cert_flag,
+                        const std::string& key_flag, const std::string& ca_flag) {
+  const auto cert_what = absl::StrCat(cert_flag, " ", files.cert);
+  const auto key_what = absl::StrCat(key_flag, " ", files.key);
+  const auto ca_what = absl::StrCat(ca_flag, " ", files.ca);
+  auto cert_pem = ReadPem(cert_what, files.cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  auto key_pem = ReadPem(key_what, files.key);
+  if (!key_pem.ok()) return key_pem.status();
+  auto ca_pem = ReadPem(ca_what, files.ca);
+  if (!ca_pem.ok()) return ca_pem.status();
+  auto cert = FirstCertificate(cert_what, *cert_pem);
+  if (!cert.ok()) return cert.status();
+  if (auto ca = FirstCertificate(ca_what, *ca_pem); !ca.ok()) return ca.status();
+  auto bio = MemoryBio(*key_pem);
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (!key) return absl::InvalidArgumentError(absl::StrCat(key_what, " holds no PEM private key"));
+  if (X509_check_private_key(cert->get(), key.get()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key_what, " is not the private key of ", cert_what));
+  }
+  return absl::OkStatus();
+}
+
+// Every call on the TLS port passes here before any handler: one place no
+// new service can bypass.
+class AllowedClients final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit AllowedClients(std::vector<std::string> allowed) : allowed_(std::move(allowed)) {}
+
+  // Reads the connection's auth context only: no need for gRPC's thread hop.
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& /*auth_metadata*/, grpc::AuthContext* context,
+                       OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) override {
+    const auto names = PeerIdentities(*context);
+    for (const auto& name : names) {
+      if (std::find(allowed_.begin(), allowed_.end(), name) != allowed_.end()) {
+        return grpc::Status::OK;
+      }
+    }
+    const std::string who = names.empty()
+                                ? "a client certificate without DNS SAN or CN"
+                                : absl::StrCat("client '", absl::StrJoin(names, "', '"), "'");
+    spdlog::warn("refused a call from {}: not in --tls-allowed-client", who);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat(who, " is not allowed (--tls-allowed-client)"));
+  }
+
+ private:
+  const std::vector<std::string> allowed_;
+};
+
+std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> Watcher(const TlsFiles& files) {
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key, files.cert, files.ca, static_cast<unsigned>(files.refresh.count()));
+}
+
+}  // namespace
+
+void AddTlsFlags(CLI::App& app, TlsFlags& f, TlsRole role) {
+  const bool server = role == TlsRole::kServer;
+  app.add_option("--tls-cert", f.cert,
+                 server ? "PEM certificate (chain) the TLS port presents; with --tls-key and "
+                          "--tls-ca the --listen port serves mutual TLS only"
+                        : "PEM client certificate (chain) presented to the share-manager (mTLS)");
+  app.add_option("--tls-key", f.key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", f.ca,
+                 server ? "PEM CA certificate(s) client certificates must chain to"
+                        : "PEM CA certificate(s) the share-manager's certificate must chain to");
+  app.add_option("--tls-dir", f.dir,
+                 "Directory in a Kubernetes TLS Secret's layout: tls.crt, tls.key, ca.crt (instead "
+                 "of --tls-cert/--tls-key/--tls-ca)");
+  app.add_option("--tls-refresh-interval", f.refresh_interval,
+                 "How often the TLS files are re-read, so a rotated certificate is used without "
+                 "a restart (whole seconds, at least 1s)")
+      ->capture_default_str();
+  if (server) {
+    app.add_option("--tls-allowed-client", f.allowed_clients,
+                   "Client identity (its certificate's DNS SAN, else its CN) allowed to call; "
+                   "repeatable, required with TLS")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  } else {
+    app.add_option("--tls-server-name", f.server_name,
+                   "Name the share-manager's certificate must carry (DNS SAN); default: the "
+                   "host of the address");
+  }
+}
+
+absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& f) {
+  const bool any_file = !f.cert.empty() || !f.key.empty() || !f.ca.empty();
+  if (!any_file && f.dir.empty()) {
+    if (!f.allowed_clients.empty()) {
+      return absl::InvalidArgumentError("--tls-allowed-client needs TLS (--tls-dir or --tls-cert)");
+    }
+    if (!f.server_name.empty()) {
+      return absl::InvalidArgumentError("--tls-server-name needs TLS (--tls-dir or --tls-cert)");
+    }
+    return std::nullopt;
+  }
+  if (any_file && !f.dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-dir replaces --tls-cert, --tls-key and --tls-ca: give one or the others");
+  }
+  if (any_file && (f.cert.empty() || f.key.empty() || f.ca.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TLS needs --tls-cert, --tls-key and --tls-ca together (or --tls-dir); missing ",
+        f.cert.empty() ? "--tls-cert" : (f.key.empty() ? "--tls-key" : "--tls-ca")));
+  }
+  auto refresh = ParseDuration(f.refresh_interval);
+  if (!refresh.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-refresh-interval: ", refresh.status().message()));
+  }
+  if (*refresh < std::chrono::seconds(1)) {
+    return absl::InvalidArgumentError("--tls-refresh-interval must be at least 1s");
+  }
+  TlsFiles files;
+  // gRPC's watcher takes whole seconds.
+  files.refresh = std::chrono::ceil<std::chrono::seconds>(*refresh);
+  if (!f.dir.empty()) {
+    files.cert = f.dir + "/tls.crt";
+    files.key = f.dir + "/tls.key";
+    files.ca = f.dir + "/ca.crt";
+    if (auto s = CheckFiles(files, "--tls-dir", "--tls-dir", "--tls-dir"); !s.ok()) return s;
+  } else {
+    files.cert = f.cert;
+    files.key = f.key;
+    files.ca = f.ca;
+    if (auto s = CheckFiles(files, "--tls-cert", "--tls-key", "--tls-ca"); !s.ok()) return s;
+  }
+  return files;
+}
+
+std::vector<std::string> PeerIdentities(const grpc::AuthContext& context) {
+  std::vector<std::string> names;
+  for (const auto& dns : context.FindPropertyValues(GRPC_PEER_DNS_PROPERTY_NAME)) {
+    names.emplace_back(dns.data(), dns.size());
+  }
+  if (!names.empty()) return names;
+  for (const auto& cn : context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+    names.emplace_back(cn.data(), cn.size());
+  }
+  return names;
+}
+
+std::shared_ptr<grpc::ServerCredentials> TlsServerCredentials(
+    const TlsFiles& files, const std::vector<std::string>& allowed_clients) {
+  grpc::experimental::TlsServerCredentialsOptions options(Watcher(files));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  auto credentials = grpc::experimental::TlsServerCredentials(options);
+  credentials->SetAuthMetadataProcessor(std::make_shared<AllowedClients>(allowed_clients));
+  return credentials;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientSecurity::credentials() const {
+  return tls ? tls : grpc::InsecureChannelCredentials();
+}
+
+void ClientSecurity::Apply(grpc::ChannelArguments& args) const {
+  if (tls && !server_name.empty()) args.SetSslTargetNameOverride(server_name);
+}
+
+absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags) {
+  auto files = ResolveTlsFiles(flags);
+  if (!files.ok()) return files.status();
+  if (!*files) return ClientSecurity{};
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(Watcher(**files));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  // Explicit, whatever gRPC's default: the server's certificate must name the
+  // target (or --tls-server-name).
+  options.set_certificate_verifier(
+      std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
+  return ClientSecurity{.tls = grpc::experimental::TlsCredentials(options),
+                        .server_name = flags.server_name};
+}
+
+}  // namespace base

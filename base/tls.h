@@ -1,0 +1,80 @@
+// Mutual TLS for the gRPC port, both sides, in one place: the flags (the same
+// names on every binary), the PEM files they name checked once, and gRPC
+// credentials that re-read those files as they change (a Kubernetes Secret
+// rotated in place), plus the server's check of who the client is.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_context.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace CLI {
+class App;
+}
+
+namespace base {
+
+// The flags as typed.
+struct TlsFlags {
+  std::string cert, key, ca;
+  std::string dir;  // a Secret's layout: DIR/tls.crt, DIR/tls.key, DIR/ca.crt
+  std::string refresh_interval = "60s";
+  std::string server_name;                   // clients only
+  std::vector<std::string> allowed_clients;  // servers only
+};
+
+enum class TlsRole { kServer, kClient };
+
+// --tls-cert, --tls-key, --tls-ca, --tls-dir, --tls-refresh-interval, and
+// --tls-allowed-client (server) or --tls-server-name (client).
+void AddTlsFlags(CLI::App& app, TlsFlags& flags, TlsRole role);
+
+struct TlsFiles {
+  std::string cert, key, ca;
+  // How often gRPC re-reads them (whole seconds: what its file watcher takes).
+  std::chrono::seconds refresh{60};
+};
+
+// nullopt when no TLS flag is given. InvalidArgument, one line naming the
+// flag, for a half configuration (a certificate without its key or CA,
+// --tls-dir beside a file flag, a role's own flag without TLS) or a file that
+// is unreadable, holds no PEM of its kind, or a key that is not the
+// certificate's.
+absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& flags);
+
+// Who the peer is: its certificate's DNS subject alternative names, or its
+// common name when it has none (IP, URI and e-mail SANs name no client).
+std::vector<std::string> PeerIdentities(const grpc::AuthContext& context);
+
+// The server side: TLS only, a client certificate required and verified
+// against `files.ca`, and every call on it refused (PERMISSION_DENIED, before
+// any handler runs) unless PeerIdentities names one of `allowed_clients`.
+std::shared_ptr<grpc::ServerCredentials> TlsServerCredentials(
+    const TlsFiles& files, const std::vector<std::string>& allowed_clients);
+
+// What a client connects with: plaintext, or mTLS presenting `files.cert`
+// and verifying the server against `files.ca` and a name.
+struct ClientSecurity {
+  std::shared_ptr<grpc::ChannelCredentials> tls;  // null: plaintext
+  // The name the server's certificate must carry; empty: the target's host
+  // (gRPC's own check; an IP target needs an IP SAN).
+  std::string server_name;
+
+  bool enabled() const { return tls != nullptr; }
+  std::shared_ptr<grpc::ChannelCredentials> credentials() const;
+  // Sets what the channel needs (the name to check) on `args`.
+  void Apply(grpc::ChannelArguments& args) const;
+};
+
+// ResolveTlsFiles plus --tls-server-name, into credentials shared by every
+// channel the client opens (one file watcher, not one per channel).
+absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags);
+
+}  // namespace base
