@@ -494,7 +494,9 @@ TEST_CASE(
               "start_ticks=" + std::to_string(dead_start) +
                   "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs()) + "\n");
 
-  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(1500)});
+  // The grace counts from the delete_started_ms above: long enough that the
+  // checks below see the pod still terminating on a loaded machine.
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(4000)});
   CHECK(runtime->Pid(name) == live.first);
   auto pods = runtime->List("vol");
   REQUIRE(pods.ok());
@@ -508,7 +510,7 @@ TEST_CASE(
         std::string::npos);
   CHECK(WaitFor([&] { return std::filesystem::exists(term); }, milliseconds(2000)));
   // Then SIGKILL at the grace.
-  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  CHECK(WaitNoPods(*runtime, milliseconds(10'000)));
   CHECK_FALSE(base::ProcessAlive(live.first, live.second));
   CHECK(WaitFor([&] { return RecordCount(dir.path()) == 0; }, milliseconds(2000)));
   runtime->Shutdown();
