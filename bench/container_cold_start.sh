@@ -56,7 +56,7 @@ summary() {
 # both latencies, stops the share with SIGTERM.
 measure() {
   local from_runner exec_ms pid
-  from_runner=$(image_share_wait_serving "$grpc_port" 60) || {
+  from_runner=$(image_share_wait_serving 60) || {
     tail -n 30 "$work/share.log"
     exit 1
   }

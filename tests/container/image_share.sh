@@ -33,30 +33,42 @@ free_port() {
   done
 }
 
+# Extra `buildah run` arguments, e.g. (-v HOST_DIR:/etc/share-manager/tls:ro)
+# for the TLS files a Kubernetes Secret mounts in a pod.
+IMAGE_SHARE_RUN_ARGS=()
+
 # image_share_start CONTAINER VOLUME NFS_PORT GRPC_PORT LOG [FLAG...]: starts
 # the share (exporting /export/VOLUME; extra daemon flags such as --device
-# appended) in the background; sets IMAGE_SHARE_RUNNER (the buildah run PID)
-# and IMAGE_SHARE_STARTED_MS.
+# appended) in the background, its plaintext health port (what kubelet
+# probes) on a free port of its own; sets IMAGE_SHARE_RUNNER (the buildah run
+# PID), IMAGE_SHARE_HEALTH_PORT and IMAGE_SHARE_STARTED_MS.
 image_share_start() {
   local ctr=$1 volume=$2 nfs_port=$3 grpc_port=$4 log=$5
   shift 5
+  IMAGE_SHARE_HEALTH_PORT=$(free_port)
   IMAGE_SHARE_STARTED_MS=$(now_ms)
-  buildah "${STORAGE[@]}" run --isolation chroot "${IMAGE_CAPS[@]}" "$ctr" -- \
-    unshare --pid --fork --mount-proc \
+  buildah "${STORAGE[@]}" run --isolation chroot "${IMAGE_CAPS[@]}" "${IMAGE_SHARE_RUN_ARGS[@]}" \
+    "$ctr" -- unshare --pid --fork --mount-proc \
     /usr/local/bin/share-manager daemon --volume "$volume" --export-dir "/export/$volume" \
     --nfs-address 127.0.0.1 --nfs-port "$nfs_port" --listen "127.0.0.1:$grpc_port" \
+    --health-listen "127.0.0.1:$IMAGE_SHARE_HEALTH_PORT" \
     --grace-period 2 --lease-lifetime 2 "$@" >"$log" 2>&1 &
   IMAGE_SHARE_RUNNER=$!
 }
 
-# image_share_wait_serving GRPC_PORT TIMEOUT_S: polls readiness until
-# SERVING; prints the milliseconds since image_share_start. Fails on timeout
-# or when the runner exits first.
+# image_share_probe SERVICE: grpc.health.v1 on the share's health port, as
+# kubelet's gRPC probe asks it (plaintext, whatever the API port speaks).
+image_share_probe() {
+  "$HOST_SM" probe --addr "127.0.0.1:$IMAGE_SHARE_HEALTH_PORT" --service "$1" --timeout 1s
+}
+
+# image_share_wait_serving TIMEOUT_S: polls readiness until SERVING; prints
+# the milliseconds since image_share_start. Fails on timeout or when the
+# runner exits first.
 image_share_wait_serving() {
-  local grpc_port=$1 deadline=$(($(now_ms) + $2 * 1000))
+  local deadline=$(($(now_ms) + $1 * 1000))
   while (($(now_ms) < deadline)); do
-    if "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service readiness --timeout 1s \
-      >/dev/null 2>&1; then
+    if image_share_probe readiness >/dev/null 2>&1; then
       echo $(($(now_ms) - IMAGE_SHARE_STARTED_MS))
       return 0
     fi

@@ -3,7 +3,9 @@
 # HEAD with container/build.sh, reports its size, checks what it contains
 # (no compiler, no apt lists, the entrypoint), then runs a real share inside
 # it (the image's own ganesha, host loopback, non-standard ports) and checks
-# from the host: readiness and liveness SERVING through grpc.health.v1, an
+# from the host: readiness and liveness SERVING through grpc.health.v1 on its
+# plaintext health port, the API over mutual TLS only (certificates made here
+# with openssl, mounted where the pod's Secret is), an
 # NFS write and read through libnfs, the bytes in the image's export
 # directory, orphans reaped by share-manager as PID 1, a SIGKILLed ganesha
 # restarted in place, and a clean exit 0 on SIGTERM; then the same for an ext4
@@ -64,7 +66,7 @@ serve() {
   shift
   image_share_start "$ctr" "$volume" "$nfs_port" "$grpc_port" "$log" "$@"
   local cold_ms
-  if cold_ms=$(image_share_wait_serving "$grpc_port" 60); then
+  if cold_ms=$(image_share_wait_serving 60); then
     pass "readiness SERVING ${cold_ms} ms after buildah run"
   else
     fail "readiness SERVING within 60 s"
@@ -116,9 +118,33 @@ check "no apt lists or caches${lists:+ (found: $lists)}" test -z "$lists"
 check "the image has ganesha and its VFS plugin" \
   in_image test -x /usr/bin/ganesha.nfsd -a -e /usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so
 
-echo "== a share inside the image (NFS 127.0.0.1:$nfs_port, gRPC 127.0.0.1:$grpc_port)"
-serve "$work/share.log"
-check "liveness SERVING" "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service liveness
+# Mutual TLS as in the pod: the server's files where the Secret is mounted
+# (tls.crt, tls.key, ca.crt), the client's (the controller's) on the host.
+make_cert() { # make_cert DIR CN SAN: DIR/tls.{key,crt} signed by $work/ca, DIR/ca.crt
+  mkdir -p "$1"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$1/tls.key" \
+    -out "$1/tls.csr" -subj "/CN=$2" 2>/dev/null
+  printf 'extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$3" >"$1/ext"
+  openssl x509 -req -in "$1/tls.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" -days 2 \
+    -set_serial "$RANDOM" -extfile "$1/ext" -out "$1/tls.crt" 2>/dev/null
+  cp "$work/ca.crt" "$1/ca.crt"
+  rm "$1/tls.csr" "$1/ext"
+}
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/ca.key" \
+  -out "$work/ca.crt" -days 2 -subj /CN=image-test-ca 2>/dev/null
+make_cert "$work/server-tls" share-manager DNS:share-manager
+make_cert "$work/client-tls" share-controller DNS:share-controller
+IMAGE_SHARE_RUN_ARGS=(-v "$work/server-tls:/etc/share-manager/tls:ro")
+tls_flags=(--tls-dir /etc/share-manager/tls --tls-allowed-client share-controller)
+as_controller=(--tls-dir "$work/client-tls" --tls-server-name share-manager)
+
+echo "== a share inside the image (NFS 127.0.0.1:$nfs_port, gRPC 127.0.0.1:$grpc_port, mTLS)"
+serve "$work/share.log" "${tls_flags[@]}"
+check "status over mutual TLS with the controller's certificate" \
+  "$HOST_SM" status --addr "127.0.0.1:$grpc_port" "${as_controller[@]}"
+no_plaintext() { ! "$HOST_SM" status --addr "127.0.0.1:$grpc_port" --timeout 2s >/dev/null 2>&1; }
+check "the API port refuses a plaintext client" no_plaintext
+check "liveness SERVING (plaintext health port)" image_share_probe liveness
 sm_pid=$(image_share_pid "$grpc_port")
 check "share-manager is PID 1 of its PID namespace" \
   grep -qE "^NSpid:\s+$sm_pid\s+1$" "/proc/$sm_pid/status"
@@ -153,7 +179,7 @@ restarted() {
   local pid
   pid=$(pgrep -P "$sm_pid" -x ganesha.nfsd || true)
   [[ -n $pid && $pid != "$ganesha_pid" ]] &&
-    "$HOST_SM" probe --addr "127.0.0.1:$grpc_port" --service readiness >/dev/null 2>&1
+    image_share_probe readiness >/dev/null 2>&1
 }
 check "after SIGKILL, ganesha is restarted in place and readiness is SERVING again" \
   eventually 10 restarted
@@ -173,7 +199,7 @@ loop_dev=$(losetup -f --show "$work/volume.img")
 volume=image-block
 grpc_port=$(free_port)
 nfs_port=$(free_port)
-serve "$work/block.log" --device "$loop_dev"
+serve "$work/block.log" --device "$loop_dev" "${tls_flags[@]}"
 check "the image's e2fsck checked the device before the mount" \
   grep -q "running e2fsck -p $loop_dev" "$work/block.log"
 url="nfs://127.0.0.1/$volume/on-device.bin?version=4&nfsport=$nfs_port"

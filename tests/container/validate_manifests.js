@@ -13,7 +13,13 @@ const header = fs.readFileSync(path.join(root, "sharemgr/health_names.h"), "utf8
 const published = new Set([""]);
 for (const m of header.matchAll(/inline constexpr char \w+\[\] = "([^"]*)";/g)) published.add(m[1]);
 
-const models = { "v1/Pod": v1.Pod, "v1/Service": v1.Service };
+const networking = require("kubernetes-models/networking.k8s.io/v1");
+
+const models = {
+  "v1/Pod": v1.Pod,
+  "v1/Service": v1.Service,
+  "networking.k8s.io/v1/NetworkPolicy": networking.NetworkPolicy,
+};
 let passed = 0;
 let failed = 0;
 function check(name, fn) {
@@ -30,11 +36,13 @@ function check(name, fn) {
 const dir = path.join(root, "container/k8s");
 const pods = [];
 const services = [];
+const policies = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
   for (const doc of YAML.parseAllDocuments(fs.readFileSync(path.join(dir, file), "utf8"))) {
     const obj = doc.toJS();
     if (obj.kind === "Pod") pods.push(obj);
     if (obj.kind === "Service") services.push(obj);
+    if (obj.kind === "NetworkPolicy") policies.push(obj);
     const key = `${obj.apiVersion}/${obj.kind}`;
     check(`${file}: ${key} ${obj.metadata && obj.metadata.name} is a valid object`, () => {
       const Model = models[key];
@@ -60,17 +68,40 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
         });
       }
       for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
-        check(`${file}: ${c.name} ${probe} uses a published health service on the grpc port`, () => {
+        check(`${file}: ${c.name} ${probe} uses a published health service on the health port`, () => {
           const p = c[probe];
           if (!p || !p.grpc) throw new Error("no grpc probe");
           const service = p.grpc.service || "";
           if (!published.has(service)) {
             throw new Error(`"${service}" is not one of ${[...published].map((s) => `"${s}"`).join(", ")}`);
           }
-          const grpcPort = (c.ports || []).find((port) => port.name === "grpc");
-          if (!grpcPort || grpcPort.containerPort !== p.grpc.port) {
-            throw new Error(`probes port ${p.grpc.port}, not the container's "grpc" port`);
+          // kubelet's gRPC probes cannot do TLS: they must use the plaintext
+          // health listener (--health-listen, default :9601), never the API port.
+          const healthPort = (c.ports || []).find((port) => port.name === "health");
+          if (!healthPort || healthPort.containerPort !== p.grpc.port) {
+            throw new Error(`probes port ${p.grpc.port}, not the container's "health" port`);
           }
+          const flag = (c.args || []).find((a) => a.startsWith("--health-listen="));
+          const listened = flag ? Number(flag.split(":").pop()) : 9601;
+          if (listened !== p.grpc.port) {
+            throw new Error(`probes port ${p.grpc.port}, but share-manager serves health on ${listened}`);
+          }
+        });
+      }
+      if (c.name === "share-manager") {
+        check(`${file}: ${c.name} serves its API over mutual TLS from a mounted Secret`, () => {
+          const args = c.args || [];
+          const dir = args.find((a) => a.startsWith("--tls-dir="));
+          if (!dir) throw new Error("no --tls-dir=");
+          if (!args.some((a) => a.startsWith("--tls-allowed-client="))) {
+            throw new Error("no --tls-allowed-client=: any client the CA signed could call");
+          }
+          const path = dir.slice("--tls-dir=".length);
+          const mount = (c.volumeMounts || []).find((m) => m.mountPath === path);
+          if (!mount) throw new Error(`nothing mounted at ${path}`);
+          if (mount.subPath) throw new Error("a subPath mount is never updated: rotation would not reach it");
+          const volume = ((obj.spec && obj.spec.volumes) || []).find((v) => v.name === mount.name);
+          if (!volume || !volume.secret) throw new Error(`${path} is not a Secret volume`);
         });
       }
     }
@@ -87,6 +118,35 @@ check("container/k8s holds a Pod with a share-manager container and a Service", 
     }
   }
 });
+// Each NetworkPolicy selects a share-manager pod and names only ports it
+// declares; the API port is reachable only from selected pods (never from an
+// address block or from everyone), the health and NFS ports are reachable.
+check("container/k8s holds a NetworkPolicy", () => {
+  if (!policies.length) throw new Error("no NetworkPolicy in container/k8s");
+});
+for (const np of policies) {
+  check(`NetworkPolicy ${np.metadata.name}: the API port only from the controller's pods`, () => {
+    const labels = Object.entries((np.spec.podSelector && np.spec.podSelector.matchLabels) || {});
+    const pod = pods.find((p) => labels.length && labels.every(([k, v]) => (p.metadata.labels || {})[k] === v));
+    if (!pod) throw new Error("selects no pod in container/k8s");
+    const declared = pod.spec.containers.flatMap((c) => c.ports || []).map((p) => p.name);
+    const allowed = new Set();
+    for (const rule of np.spec.ingress || []) {
+      for (const port of rule.ports || []) {
+        if (!declared.includes(port.port)) throw new Error(`port ${port.port} is not a port of the pod`);
+        allowed.add(port.port);
+        if (port.port !== "grpc") continue;
+        const from = rule.from || [];
+        if (!from.length || from.some((peer) => !peer.podSelector || peer.ipBlock)) {
+          throw new Error("the grpc port is open to more than selected pods");
+        }
+      }
+    }
+    for (const name of ["grpc", "health", "nfs"]) {
+      if (!allowed.has(name)) throw new Error(`port ${name} is not allowed at all`);
+    }
+  });
+}
 // README "Kubernetes manifests": the probe timings, the grace period and the
 // restart policy it documents are the ones shipped.
 const documented = {
