@@ -102,6 +102,12 @@ StatusWatch::~StatusWatch() {
 
 void StatusWatch::Run() {
   milliseconds backoff(50);
+  // A share-manager that never answered yet is most likely starting (a new
+  // pod): it is retried at a short fixed interval for a while, so its first
+  // status is seen within kStartingRetry of it listening instead of after a
+  // backoff that has already doubled a few times.
+  const auto started = std::chrono::steady_clock::now();
+  bool ever_answered = false;
   for (;;) {
     // A fresh channel per attempt: our own backoff paces reconnects, not gRPC's.
     auto stub = v1::ShareManager::NewStub(
@@ -128,9 +134,16 @@ void StatusWatch::Run() {
     on_event_({.status = std::nullopt,
                .error = finished.ok() ? "stream ended" : finished.error_message()});
     if (got_any) backoff = milliseconds(50);
+    ever_answered = ever_answered || got_any;
+    const bool starting =
+        !ever_answered && std::chrono::steady_clock::now() - started < kStartingWindow;
     absl::MutexLock lock(&mu_);
     auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::FromChrono(backoff))) return;
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                             absl::FromChrono(starting ? kStartingRetry : backoff))) {
+      return;
+    }
+    if (starting) continue;
     backoff = std::min(backoff * 2, max_backoff_);
   }
 }

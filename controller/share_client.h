@@ -73,6 +73,12 @@ class StatusWatch {
   StatusWatch(const StatusWatch&) = delete;
   StatusWatch& operator=(const StatusWatch&) = delete;
 
+  // Until a first status arrives, and for at most kStartingWindow, failed
+  // attempts are retried every kStartingRetry; then the backoff doubles from
+  // 50 ms up to max_backoff.
+  static constexpr milliseconds kStartingRetry{25};
+  static constexpr milliseconds kStartingWindow{2000};
+
  private:
   void Run();
 

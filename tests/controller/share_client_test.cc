@@ -3,14 +3,18 @@
 // off instead of spinning.
 #include "controller/share_client.h"
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "base/loopback_port.h"
+#include "base/unique_fd.h"
 #include "tests/controller/fake_share_manager.h"
 
 namespace controller {
@@ -31,11 +35,23 @@ TEST_CASE(
   CHECK(client.Check("no-such-service").status().code() == absl::StatusCode::kNotFound);
 }
 
-TEST_CASE("StatusWatch reconnects to a closed port with a doubling backoff up to its cap") {
-  const uint16_t port = base::FreeLoopbackPort();  // free a moment ago: refuses connections
-  REQUIRE(port != 0);
+TEST_CASE(
+    "StatusWatch retries a share-manager that never answered every 25 ms for 2 s, then backs off "
+    "doubling from 50 ms to its cap") {
+  // Bound, never listening, held to the end: connections are refused, and no
+  // server a test beside this one starts can take the port meanwhile.
+  const base::UniqueFd held(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(held.get() >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(bind(held.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(getsockname(held.get(), reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const uint16_t port = ntohs(addr.sin_port);
   absl::Mutex mu;
   std::vector<std::chrono::steady_clock::time_point> failures;
+  const auto begun = std::chrono::steady_clock::now();
   {
     StatusWatch watch(
         "127.0.0.1:" + std::to_string(port),
@@ -47,23 +63,36 @@ TEST_CASE("StatusWatch reconnects to a closed port with a doubling backoff up to
         },
         base::ClientSecurity{}, std::chrono::milliseconds(400));
     absl::MutexLock lock(&mu);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return failures.size() >= 9; };
+    // Past the starting window, nine more attempts.
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return !failures.empty() && failures.back() - begun > StatusWatch::kStartingWindow &&
+             std::count_if(failures.begin(), failures.end(),
+                           [&](auto t) { return t - begun > StatusWatch::kStartingWindow; }) >= 9;
+    };
     REQUIRE(mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30)));
   }
-  // The waits between attempts are at least 50, 100, 200, 400 ms and then
-  // stay at the 400 ms cap (lower bounds only: a loaded machine is slower,
-  // never faster). A spinning watch would report thousands in this time.
+  absl::MutexLock lock(&mu);
+  // While starting: retried often (a pod's first status is not held back by
+  // a grown backoff), but not spinning: waits of 25 ms at least (lower
+  // bounds only: a loaded machine is slower, never faster).
+  size_t first_after = 0;
+  while (failures[first_after] - begun <= StatusWatch::kStartingWindow) ++first_after;
+  CHECK(first_after >= 20);  // about 80; a backoff from the start would make 8
+  for (size_t i = 0; i + 1 < first_after; ++i) {
+    CAPTURE(i);
+    CHECK(failures[i + 1] - failures[i] >= StatusWatch::kStartingRetry);
+  }
+  // Then: at least 50, 100, 200, 400 ms, and the 400 ms cap.
   const std::chrono::milliseconds least[] = {
       std::chrono::milliseconds(50),  std::chrono::milliseconds(100),
       std::chrono::milliseconds(200), std::chrono::milliseconds(400),
       std::chrono::milliseconds(400), std::chrono::milliseconds(400)};
-  absl::MutexLock lock(&mu);
-  for (size_t i = 0; i + 1 < 7; ++i) {
+  for (size_t i = 0; i < 6; ++i) {
     CAPTURE(i);
-    CHECK(failures[i + 1] - failures[i] >= least[i]);
+    CHECK(failures[first_after + i + 1] - failures[first_after + i] >= least[i]);
   }
   // The cap holds: uncapped, the eighth wait would be 6.4 s.
-  CHECK(failures[8] - failures[7] < std::chrono::milliseconds(3000));
+  CHECK(failures[first_after + 8] - failures[first_after + 7] < std::chrono::milliseconds(3000));
 }
 
 }  // namespace controller
