@@ -59,9 +59,13 @@ branch_report() {
     echo "== source-based coverage build ($cbuild, clang 16 -O0 -fprofile-instr-generate -fcoverage-mapping)"
     local launcher=()
     if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+    # -funique-internal-linkage-names: a static function or lambda is named
+    # after its file's base name only, so sharemgr/main.cc's and
+    # controller/main.cc's `main::$_0` would share one counter; this adds a
+    # hash of the file's path to such names.
     BUILD_DIR=$cbuild BUILD_TYPE=Debug bash scripts/build.sh "${launcher[@]}" \
       -DCMAKE_CXX_COMPILER=clang++-16 \
-      -DCMAKE_CXX_FLAGS="-fprofile-instr-generate -fcoverage-mapping -O0" \
+      -DCMAKE_CXX_FLAGS="-fprofile-instr-generate -fcoverage-mapping -funique-internal-linkage-names -O0" \
       -DCMAKE_EXE_LINKER_FLAGS=-fprofile-instr-generate \
       -DCMAKE_SHARED_LINKER_FLAGS=-fprofile-instr-generate
     rm -rf "$profiles"
@@ -124,12 +128,13 @@ branch_report() {
     | [$f, .[0][0], .[0][1], (map(.[4]) | add), (map(.[5]) | add)] | @tsv' \
     "$cout/export.json" >"$cout/branches.tsv"
   # A function's name loses the file prefix of a static function
-  # (file.cc:_Z...), then, demangled, its template arguments, parameters,
+  # (file.cc:_Z...) and the suffix -funique-internal-linkage-names adds, then,
+  # demangled, its template arguments, parameters,
   # return type and project namespace; a lambda counts as the function it is
   # written in (clang names a lambda $_N, or 'lambda' inside a template).
   jq -r '.data[0].functions[] | select(.regions | length > 0)
     | [.name, .filenames[.regions[0][5]], .regions[0][0], .regions[0][2]] | @tsv' \
-    "$cout/export.json" | sed -E 's/^[^\t:]+\.(cc|h)://' | llvm-cxxfilt-16 |
+    "$cout/export.json" | sed -E 's/^[^\t:]+\.(cc|h)://; s/\.__uniq\.[0-9]+//' | llvm-cxxfilt-16 |
     awk -F'\t' -v OFS='\t' '{
       name = $1
       gsub(/\(anonymous namespace\)::|\[abi:cxx11\]/, "", name)
@@ -165,7 +170,7 @@ branch_report() {
     awk -F'\t' -v root="$root/" '
       $1 != lastfile {
         rel = substr($1, length(root) + 1)
-        print "== " rel; lastfile = $1; lastfn = ""
+        print "== " rel; lastfile = $1; lastfn = "\n"
         split("", text); nsrc = 0
         while ((getline src < $1) > 0) text[++nsrc] = src
         close($1)
