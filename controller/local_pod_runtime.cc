@@ -149,6 +149,17 @@ bool RunsWithUid(pid_t pid, const std::string& uid) {
                                                     std::string(1, '\0'))) != std::string::npos;
 }
 
+// Whether `pid` is this process or one of its ancestors.
+bool IsSelfOrAncestor(pid_t pid) {
+  for (pid_t p = getpid(); p > 0;) {
+    if (p == pid) return true;
+    const auto st = base::ReadProcStat(p);
+    if (!st || st->ppid == p) return false;
+    p = st->ppid;
+  }
+  return false;
+}
+
 std::string FormatProcs(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
   return absl::StrJoin(procs, ",", [](std::string* out, const auto& p) {
     absl::StrAppend(out, p.first, ":", p.second);
@@ -406,6 +417,10 @@ void LocalPodRuntime::Load() {
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
   if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
+  // A dead share-manager's ganesha, named by its volume's ganesha.pid, only
+  // now that every record is adopted: in the order of the directory, a live
+  // pod that tracks that ganesha might not be known yet.
+  for (auto& [name, local] : pods_) Refresh(local);
   // A delete is recorded before its SIGTERM is sent: the last runtime may
   // have died in between. A share-manager stopping already ignores another.
   for (auto& [name, local] : pods_) {
@@ -423,7 +438,6 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   local.stop_timeout = record.stop_timeout.value_or(StopTimeout(options_.daemon_flags));
   local.grace = Grace(local.stop_timeout);
   local.record_path = std::move(path);
-  local.state_dir = volume_dir + "/state";
   local.slot = SlotFor(local.pod.name);
   local.instance = ++next_instance_;
   // The pid is the pod's only in the boot the record was written in (start
@@ -432,9 +446,7 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   // Records without a boot id (older ones) have only the start time.
   const bool other_boot =
       !record.boot_id.empty() && !boot_id_.empty() && record.boot_id != boot_id_;
-  if (other_boot) {
-    local.state_dir.clear();  // a ganesha running now is not this pod's either
-  } else {
+  if (!other_boot) {
     if (base::ProcessAlive(local.pid, local.start_ticks) && RunsWithUid(local.pid, local.pod.uid)) {
       AddProc(local, local.pid, local.start_ticks);
       local.share_manager_alive = !local.procs.empty();
@@ -453,7 +465,12 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   }
   local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
   local.pod.exit_code = -1;  // not our child: its exit status cannot be known
+  // Without its state dir yet: a ganesha.pid is looked up (Load's second
+  // pass) only once every pod of the volume is known, and tracks what it
+  // tracks.
   Refresh(local);
+  // In another boot, a ganesha running now is not this pod's either.
+  if (!other_boot) local.state_dir = volume_dir + "/state";
   spdlog::info("pod {}: {} (pid {}, {} live process(es){})", local.pod.name,
                local.share_manager_alive ? "adopted"
                : other_boot              ? "found gone (recorded in another boot)"
@@ -514,6 +531,29 @@ void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) 
   local.record_stale = true;
 }
 
+bool LocalPodRuntime::OrphanedGaneshaOf(const LocalPod& local, pid_t pid,
+                                        const base::ProcStat& st) const {
+  if (st.comm.find("ganesha") == std::string::npos || st.start_ticks < local.start_ticks) {
+    return false;
+  }
+  // Another pod's (the state dir is the volume's, shared by its epochs): it
+  // tracks it, as a child it saw or from its record.
+  for (const auto& [name, other] : pods_) {
+    if (&other == &local) continue;
+    for (const auto& p : other.procs) {
+      if (p.pid == pid) return false;
+    }
+  }
+  // An orphan, as the pod's ganesha is once its share-manager died: the
+  // kernel handed it to init or to a subreaper, which can only be one of the
+  // processes the share-manager descended from, as it was spawned here (this
+  // process or an ancestor of it). A live parent that is none of these (a
+  // live share-manager of another pod, a reuser of the pod's pid) means it is
+  // someone else's; so does the dead share-manager's pid itself, which only a
+  // stranger can hold now.
+  return st.ppid == 1 || IsSelfOrAncestor(st.ppid);
+}
+
 bool LocalPodRuntime::Refresh(LocalPod& local) {
   const PodPhase phase = local.pod.phase;
   const bool terminating = local.pod.terminating;
@@ -553,21 +593,12 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
   } else if (!local.state_dir.empty()) {
     // The share-manager is gone (perhaps before we ever saw its children, or
     // before this runtime started): its ganesha may remain, named by the
-    // state dir's pid file, and only if it started after the share-manager.
+    // state dir's pid file (the volume's, shared by all its pods).
     if (auto text = base::ReadFile(local.state_dir + "/ganesha.pid"); text.ok()) {
       pid_t g = 0;
       if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &g)) {
-        // A ganesha whose parent is another pod's live share-manager is that
-        // pod's (the state dir is the volume's, shared by its epochs).
         const auto st = base::ReadProcStat(g);
-        const bool anothers = st && std::any_of(pods_.begin(), pods_.end(), [&](const auto& other) {
-                                return &other.second != &local && other.second.pid == st->ppid &&
-                                       other.second.share_manager_alive;
-                              });
-        if (st && !anothers && st->start_ticks >= local.start_ticks &&
-            st->comm.find("ganesha") != std::string::npos) {
-          AddProc(local, g, st->start_ticks);
-        }
+        if (st && OrphanedGaneshaOf(local, g, *st)) AddProc(local, g, st->start_ticks);
       }
     }
     local.state_dir.clear();  // looked once: a later ganesha.pid belongs to another pod

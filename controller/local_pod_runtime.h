@@ -34,6 +34,7 @@
 #include "base/file_lock.h"
 #include "base/files.h"
 #include "base/loopback_port.h"
+#include "base/proc.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
@@ -260,6 +261,12 @@ class LocalPodRuntime final : public PodRuntime {
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
   bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `pid` (whose stat is `st`), named by the volume's ganesha.pid, is
+  // `local`'s ganesha left behind by its dead share-manager: a ganesha started
+  // after it, tracked by no other pod, and orphaned (its parent init or one
+  // of the share-manager's possible subreapers).
+  bool OrphanedGaneshaOf(const LocalPod& local, pid_t pid, const base::ProcStat& st) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Signals every live process of the pod, and the group of each that leads
   // one. SIGKILL spares filesystem checks (they had SIGTERM) and returns them;

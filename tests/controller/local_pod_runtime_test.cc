@@ -544,6 +544,60 @@ TEST_CASE(
   runtime->Shutdown();
 }
 
+TEST_CASE(
+    "local runtime: a dead pod's record never takes over the ganesha a live pod of its volume "
+    "tracks, whichever record is loaded first") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // The dead pod's share-manager started before the ganesha, which its
+  // ganesha.pid lookup could claim then.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  std::this_thread::sleep_for(milliseconds(20));  // a later start tick
+  // A "ganesha" (so /proc names it) that dies of SIGTERM, in the volume's
+  // ganesha.pid, tracked by the live pod's record.
+  const std::string ganesha_binary = dir.path() + "/ganesha.nfsd";
+  std::filesystem::copy_file("/bin/sleep", ganesha_binary);
+  const std::pair<pid_t, uint64_t> ganesha = StartChild(reaper, {ganesha_binary.c_str(), "30"});
+  REQUIRE(base::EnsureDirectory(dir.path() + "/vol/state", 0755).ok());
+  REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/state/ganesha.pid",
+                                    std::to_string(ganesha.first) + "\n")
+              .ok());
+  const std::pair<pid_t, uint64_t> live = StartSleeper(reaper);
+  // Both records written in one order; which epoch is the dead one decides
+  // whether it is listed first (by name or by creation): one subcase loads
+  // the dead record before the live one.
+  uint64_t dead_epoch = 0;
+  SUBCASE("the dead pod is the older epoch") { dead_epoch = 1; }
+  SUBCASE("the dead pod is the newer epoch") { dead_epoch = 2; }
+  for (uint64_t epoch : {uint64_t{1}, uint64_t{2}}) {
+    const std::string name = PodName("vol", epoch);
+    if (epoch == dead_epoch) {
+      WriteRecord(dir.path(), name + ".pod", name, epoch, dead,
+                  "start_ticks=" + std::to_string(dead_start) + "\n");
+    } else {
+      WriteRecord(dir.path(), name + ".pod", name, epoch, live.first,
+                  "start_ticks=" + std::to_string(live.second) + "\nprocs=" +
+                      std::to_string(live.first) + ":" + std::to_string(live.second) + "," +
+                      std::to_string(ganesha.first) + ":" + std::to_string(ganesha.second) + "\n");
+    }
+  }
+  auto runtime = OpenRuntime(
+      {.work_dir = dir.path(), .termination_grace = milliseconds(200), .stop_pods_on_exit = false});
+  REQUIRE(RequireOk(runtime->List("vol")).size() == 2);
+  REQUIRE(runtime->Delete(PodName("vol", dead_epoch)).ok());
+  CHECK(WaitFor(
+      [&] {
+        auto pods = runtime->List("vol");
+        return pods.ok() && pods->size() == 1;
+      },
+      milliseconds(3000)));
+  std::this_thread::sleep_for(milliseconds(400));  // a negative wait: past the grace
+  CHECK(base::ProcessAlive(ganesha.first, ganesha.second));
+  runtime->ShutdownLeavingPods();
+}
+
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
