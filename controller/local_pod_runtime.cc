@@ -141,12 +141,21 @@ std::string NewPodUid() {
 // Whether `pid`'s command line carries `--pod-uid <uid>` (the held shell's
 // and the share-manager's both do): a record that names another process,
 // however its start time matches, is not followed to it. Records without a
-// uid (older ones) have only the start time.
+// uid (older ones) have only the start time. Mid-execve the command line
+// reads empty: read again for a few ms, and if it stays empty the pid, start
+// time and boot already checked are trusted; only a command line that is
+// there and lacks the uid is another process's.
 bool RunsWithUid(pid_t pid, const std::string& uid) {
   if (uid.empty()) return true;
-  auto cmdline = base::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
-  return cmdline.ok() && cmdline->find(absl::StrCat(std::string("--pod-uid") + '\0', uid,
-                                                    std::string(1, '\0'))) != std::string::npos;
+  const std::string path = absl::StrCat("/proc/", pid, "/cmdline");
+  for (int attempt = 0;; ++attempt) {
+    auto text = base::ReadFile(path);
+    const auto match = base::CmdlineCarries(
+        text.ok() ? std::optional<std::string>(*std::move(text)) : std::nullopt, "--pod-uid", uid);
+    if (match != base::CmdlineMatch::kUnknown) return match == base::CmdlineMatch::kYes;
+    if (attempt == 4) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 // Whether `pid` is this process or one of its ancestors.
