@@ -426,15 +426,20 @@ void LocalPodRuntime::Load() {
     if (pods_ec) bad_records_[volume] = absl::StrCat(pods_dir.string(), ": ", pods_ec.message());
   }
   if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
+  // A delete is recorded before its SIGTERM is sent: the last runtime may
+  // have died in between. A share-manager stopping already ignores another.
+  // Its grace starts now, as if the delete were asked for now (a delete
+  // carried over by Merge included): SIGTERM always comes first, and the
+  // SIGKILL no sooner than a grace after it.
+  for (auto& [name, local] : pods_) {
+    if (!local.deleting || !local.share_manager_alive) continue;
+    local.term_started = SteadyClock::now();
+    SignalShareManager(local);
+  }
   // A dead share-manager's ganesha, named by its volume's ganesha.pid, only
   // now that every record is adopted: in the order of the directory, a live
   // pod that tracks that ganesha might not be known yet.
   for (auto& [name, local] : pods_) Refresh(local);
-  // A delete is recorded before its SIGTERM is sent: the last runtime may
-  // have died in between. A share-manager stopping already ignores another.
-  for (auto& [name, local] : pods_) {
-    if (local.deleting && local.share_manager_alive) SignalShareManager(local);
-  }
 }
 
 LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::string path,
@@ -468,9 +473,14 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   }
   if (record.delete_started) {
     // Goes on where the last runtime was: its grace counts from then (never
-    // from a time to come, were the record's clock not this boot's).
+    // from a time to come, were the record's clock not this boot's). A live
+    // share-manager may never have had its SIGTERM (the last runtime may have
+    // died first): Load sends it one and its grace starts over then, so no
+    // SIGKILL comes before its stop timeout (the wait only gets longer).
     local.deleting = true;
-    local.term_started = std::min(*record.delete_started, SteadyClock::now());
+    local.term_started = local.share_manager_alive
+                             ? SteadyClock::now()
+                             : std::min(*record.delete_started, SteadyClock::now());
   }
   local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
   local.pod.exit_code = -1;  // not our child: its exit status cannot be known
@@ -1184,8 +1194,8 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
 void LocalPodRuntime::BeginDelete(LocalPod& local) {
   local.deleting = true;
   // The grace counts from the SIGTERM (the record has when the delete was
-  // asked for, earlier by its write: an adopting runtime's grace is shorter
-  // by as much, never longer).
+  // asked for, earlier by its write; an adopting runtime starts the grace
+  // over when the share-manager lives, see Adopt).
   local.term_started = SteadyClock::now();
   local.pod.terminating = true;
   // The share-manager stops its ganesha in order; its orphans, and

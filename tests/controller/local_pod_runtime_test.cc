@@ -1055,6 +1055,30 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "local runtime: an adopted delete whose grace ran out long ago still sends SIGTERM first, and "
+    "SIGKILL only a grace after it") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // Lives through SIGTERM, and writes <dir>/term when it gets one.
+  const std::string term = dir.path() + "/term";
+  const std::pair<pid_t, uint64_t> live = StartChild(
+      reaper,
+      {"sh", "-c", "trap 'echo TERM > \"$0\"' TERM; while :; do sleep 0.1; done", term.c_str()});
+  WriteRecord(dir.path(), PodName("vol", 4) + ".pod", PodName("vol", 4), 4, live.first,
+              "start_ticks=" + std::to_string(live.second) +
+                  "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs() - 600'000) +
+                  "\n");
+  const auto opened = Clock::now();
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(1500)});
+  CHECK(WaitFor([&] { return std::filesystem::exists(term); }, milliseconds(1000)));
+  CHECK(base::ProcessAlive(live.first, live.second));
+  CHECK(WaitNoPods(*runtime, milliseconds(10'000)));
+  CHECK_FALSE(base::ProcessAlive(live.first, live.second));
+  CHECK(Clock::now() - opened >= milliseconds(1500));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
     "local runtime: a failing record rewrite is logged once, then at most every 30 s, and its "
     "recovery once") {
   testing_support::TempDir dir;
