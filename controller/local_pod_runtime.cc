@@ -1038,6 +1038,7 @@ LocalPodRuntime::RecordWrite LocalPodRuntime::Snapshot(LocalPod& local) {
           // the controller process, not the machine (a reboot ends the pod,
           // its pid and start time with it).
           .durability = deleting ? base::Durability::kFsync : base::Durability::kReplaced,
+          .deleting = deleting,
           .unlinks = local.superseded_records};
 }
 
@@ -1070,6 +1071,7 @@ absl::Status LocalPodRuntime::Apply(const RecordWrite& write) {
     for (const auto& path : write.unlinks) unlink(path.c_str());
     slot.landed = write.version;
     slot.landed_path.clear();
+    slot.landed_deleting = false;
     return absl::OkStatus();
   }
   if (auto written = WriteRecordFile(write.path, *write.text, write.durability); !written.ok()) {
@@ -1094,6 +1096,7 @@ absl::Status LocalPodRuntime::Apply(const RecordWrite& write) {
   }
   slot.landed = write.version;
   slot.landed_path = write.path;
+  slot.landed_deleting = write.deleting;
   // This record names every process the superseded ones did.
   for (const auto& path : write.unlinks) unlink(path.c_str());
   return absl::OkStatus();
@@ -1112,6 +1115,11 @@ void LocalPodRuntime::Settle(const RecordWrite& write, const absl::Status& statu
   std::erase_if(local.superseded_records, [&](const std::string& path) {
     return std::find(write.unlinks.begin(), write.unlinks.end(), path) != write.unlinks.end();
   });
+  if (write.deleting && !local.deleting && !local.delete_recording) {
+    // Its delete is on disk although Delete's own write failed.
+    BeginDelete(local);
+    Wake();
+  }
 }
 
 void LocalPodRuntime::RecordWriter() {
@@ -1170,7 +1178,16 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
       write = Snapshot(local);
     }
   }
-  const absl::Status recorded = Apply(write);
+  absl::Status recorded = Apply(write);
+  if (!recorded.ok()) {
+    // A newer write saying "deleting" (the monitor's, snapshotted while this
+    // one was recorded) may have landed meanwhile: then the delete is on
+    // disk, and goes on.
+    absl::MutexLock lock(&write.slot->mu);
+    if (write.slot->landed > write.version && write.slot->landed_deleting) {
+      recorded = absl::OkStatus();
+    }
+  }
   if (write.text) {
     absl::MutexLock lock(&mu_);
     Settle(write, recorded);

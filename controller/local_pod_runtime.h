@@ -156,8 +156,9 @@ class LocalPodRuntime final : public PodRuntime {
   // pod's removal, and a removal never after a new Create of the name.
   struct RecordSlot {
     absl::Mutex mu;
-    uint64_t landed ABSL_GUARDED_BY(mu) = 0;      // the newest version written or removed
-    std::string landed_path ABSL_GUARDED_BY(mu);  // what it wrote; empty after a removal
+    uint64_t landed ABSL_GUARDED_BY(mu) = 0;           // the newest version written or removed
+    std::string landed_path ABSL_GUARDED_BY(mu);       // what it wrote; empty after a removal
+    bool landed_deleting ABSL_GUARDED_BY(mu) = false;  // what it wrote said state=deleting
     // Failed writes since the last that landed, and when one was last logged.
     int failures ABSL_GUARDED_BY(mu) = 0;
     std::chrono::steady_clock::time_point failure_logged ABSL_GUARDED_BY(mu);
@@ -210,6 +211,7 @@ class LocalPodRuntime final : public PodRuntime {
     std::string path;
     std::optional<std::string> text;  // nullopt: a removal of `unlinks`
     base::Durability durability = base::Durability::kReplaced;
+    bool deleting = false;  // the record says state=deleting
     // After the write: the records it replaces (they name no process it
     // does not). For a removal: every record of the pod.
     std::vector<std::string> unlinks;
@@ -240,7 +242,10 @@ class LocalPodRuntime final : public PodRuntime {
   // write is logged, at most every 30 s per pod name, and its recovery once.
   absl::Status Apply(const RecordWrite& write) ABSL_LOCKS_EXCLUDED(mu_);
   // Tells the pod how its Apply went: stale again when it failed; its
-  // superseded records gone when it landed.
+  // superseded records gone when it landed. A record saying "deleting" that
+  // landed (a monitor's write snapshotted while Delete recorded it) begins
+  // the delete, whatever became of Delete's own write: the record is what an
+  // adopting runtime would go by.
   void Settle(const RecordWrite& write, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies what the monitor queued, in order, off the monitor.

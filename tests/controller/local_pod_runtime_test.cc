@@ -1037,6 +1037,42 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "local runtime: a delete that lands on disk through the monitor's write while Delete's own "
+    "fails goes on") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> failed_own{false};
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300)};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (text.find("\nstate=deleting\n") != std::string::npos &&
+        std::this_thread::get_id() == caller && !failed_own.exchange(true)) {
+      // Delete's own write: slow (the stand-in's children come and go, and
+      // the monitor snapshots the record saying "deleting" meanwhile), then
+      // failed.
+      std::this_thread::sleep_for(milliseconds(500));
+      return absl::UnavailableError("disk full");
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
+  reaper.Add(runtime->Pid(pod.name));
+  WaitGanesha(dir.path() + "/vol/state", reaper);
+  REQUIRE(runtime->List("vol").ok());
+  const absl::Status deleted = runtime->Delete(pod.name);
+  CHECK(failed_own);
+  // Whatever Delete said (it cannot know of a write landing after it
+  // returned), the record says deleting, so the pod is deleted.
+  INFO(deleted.ToString());
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
     "local runtime: a runtime that adopts a deleting pod whose share-manager lives sends it "
     "SIGTERM (its last runtime may have died before it could)") {
   testing_support::TempDir dir;
