@@ -227,6 +227,15 @@ void WriteRecord(const std::string& work_dir, const std::string& file, const std
               .ok());
 }
 
+// Pod 1 of volume "vol" in `runtime` (over `work_dir`, running
+// FakeShareManager), once its ganesha runs; both handed to `reaper`.
+Pod CreateWithGanesha(LocalPodRuntime& runtime, const std::string& work_dir, Reaper& reaper) {
+  const Pod pod = RequireOk(runtime.Create(Spec("vol"), 1));
+  reaper.Add(runtime.Pid(pod.name));
+  WaitGanesha(work_dir + "/vol/state", reaper);
+  return pod;
+}
+
 // Waits until `runtime` lists no pod of `volume`.
 bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout, const std::string& volume = "vol") {
   return WaitFor(
@@ -1059,9 +1068,7 @@ TEST_CASE(
     return base::WriteFileAtomically(path, text, 0644, durability);
   };
   auto runtime = OpenRuntime(options);
-  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
-  reaper.Add(runtime->Pid(pod.name));
-  WaitGanesha(dir.path() + "/vol/state", reaper);
+  const Pod pod = CreateWithGanesha(*runtime, dir.path(), reaper);
   REQUIRE(runtime->List("vol").ok());
   const absl::Status deleted = runtime->Delete(pod.name);
   CHECK(failed_own);
@@ -1134,9 +1141,7 @@ TEST_CASE(
     return base::WriteFileAtomically(path, text, 0644, durability);
   };
   auto runtime = OpenRuntime(options);
-  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
-  reaper.Add(runtime->Pid(pod.name));
-  WaitGanesha(dir.path() + "/vol/state", reaper);
+  const Pod pod = CreateWithGanesha(*runtime, dir.path(), reaper);
 
   // The stand-in's children come and go: its record is rewritten, and
   // tried again on every monitor pass (100 ms) while that fails.
