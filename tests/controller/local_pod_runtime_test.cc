@@ -803,9 +803,15 @@ TEST_CASE(
   reaper.Add(pid);
   // The share-manager is told its instance id, which it reports in its status.
   REQUIRE(created.uid.size() == 32);
-  auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-  REQUIRE(cmdline.ok());
-  CHECK(cmdline->find(std::string("--pod-uid") + '\0' + created.uid + '\0') != std::string::npos);
+  // Once it has exec'd (the held shell carries the uid too, but the exec may
+  // be under way, its command line empty meanwhile).
+  CHECK(WaitFor(
+      [&] {
+        auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+        return cmdline.ok() && cmdline->find(std::string("--pod-uid") + '\0' + created.uid +
+                                             '\0') != std::string::npos;
+      },
+      milliseconds(2000)));
   WaitGanesha(dir.path() + "/vol/state", reaper);
 
   // Both would adopt, delete and replace the same pods: the second is refused
@@ -821,6 +827,9 @@ TEST_CASE(
   first.reset();  // shut down; the pod keeps running
 
   REQUIRE(kill(pid, 0) == 0);
+  // Before `second`: a failed REQUIRE unwinds `second` (whose threads may
+  // call the watcher) before what the watcher touches.
+  std::atomic<int> heard{0};
   auto second = OpenRuntime(options);
   auto pods = second->List("vol");
   REQUIRE(pods.ok());
@@ -837,7 +846,6 @@ TEST_CASE(
 
   // Not our child any more: its exit is still seen (pidfd), and only once its
   // ganesha is gone too.
-  std::atomic<int> heard{0};
   second->Watch([&](const std::string&) { ++heard; });
   REQUIRE(second->Delete(created.name).ok());
   CHECK(WaitNoPods(*second, milliseconds(5000)));
