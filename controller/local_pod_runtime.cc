@@ -506,6 +506,10 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
     return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
   };
   if (rank(other) > rank(kept)) std::swap(kept, other);
+  // Either record's share-manager may be the one still stopping: the longer
+  // wait of the two.
+  kept.stop_timeout = std::max(kept.stop_timeout, other.stop_timeout);
+  kept.grace = std::max(kept.grace, other.grace);
   // A delete under way in either record goes on: its earliest start counts.
   if (other.deleting) {
     kept.term_started =
@@ -711,8 +715,11 @@ void LocalPodRuntime::Stop(bool delete_pods) {
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
-    // A Create under way would add its pod after we listed them.
-    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
+    // A Create under way would add its pod after we listed them; a Delete
+    // under way would write its record and signal after we stopped.
+    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return creating_ == 0 && deleting_calls_ == 0;
+    };
     mu_.Await(absl::Condition(&created));
     if (delete_pods) {
       for (const auto& [name, local] : pods_) {
@@ -721,7 +728,7 @@ void LocalPodRuntime::Stop(bool delete_pods) {
       }
     }
   }
-  for (const auto& name : names) (void)Delete(name);
+  for (const auto& name : names) (void)DeletePod(name);
   {
     absl::MutexLock lock(&mu_);
     auto gone = [this, &names]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1149,6 +1156,18 @@ absl::Status LocalPodRuntime::WriteRecordFile(const std::string& path, const std
 }
 
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
+    ++deleting_calls_;
+  }
+  const absl::Status status = DeletePod(name);
+  absl::MutexLock lock(&mu_);
+  --deleting_calls_;
+  return status;
+}
+
+absl::Status LocalPodRuntime::DeletePod(const std::string& name) {
   std::string volume;
   RecordWrite write;
   {

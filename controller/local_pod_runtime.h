@@ -134,6 +134,8 @@ class LocalPodRuntime final : public PodRuntime {
 
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
                              uint64_t epoch) override;
+  // FailedPrecondition once Shutdown began (which deletes what is to be
+  // deleted itself, after the Deletes under way).
   absl::Status Delete(const std::string& pod) override;
   absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override;
   void Watch(Listener listener) override;
@@ -166,7 +168,8 @@ class LocalPodRuntime final : public PodRuntime {
   struct Proc {
     pid_t pid = 0;
     uint64_t start_ticks = 0;
-    base::UniqueFd pidfd;  // readable once it exited
+    base::UniqueFd pidfd;    // readable once it exited
+    bool sigkilled = false;  // had the delete's SIGKILL (or was spared it, a check)
   };
   struct LocalPod {
     Pod pod;
@@ -250,6 +253,8 @@ class LocalPodRuntime final : public PodRuntime {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies what the monitor queued, in order, off the monitor.
   void RecordWriter();
+  // Delete's work, for Delete and Stop (which deletes once closing).
+  absl::Status DeletePod(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // Marks the pod deleting and SIGTERMs its share-manager. Its record says
   // so already.
   void BeginDelete(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -305,6 +310,9 @@ class LocalPodRuntime final : public PodRuntime {
   base::UniqueFd wakeup_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   int creating_ ABSL_GUARDED_BY(mu_) = 0;
+  // Delete calls under way: Stop waits for them (they write records and
+  // signal), and no new one starts once closing_.
+  int deleting_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> creating_names_ ABSL_GUARDED_BY(mu_);  // Creates under way
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);

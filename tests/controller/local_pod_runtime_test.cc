@@ -1088,6 +1088,52 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "local runtime: Shutdown waits for the Deletes under way, and Delete is refused once it "
+    "began") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  std::atomic<bool> writing{false};
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeQuietShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300),
+                                 .stop_pods_on_exit = false};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (text.find("\nstate=deleting\n") != std::string::npos) {
+      writing = true;
+      std::this_thread::sleep_for(milliseconds(500));  // a slow disk
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
+  reaper.Add(runtime->Pid(pod.name));
+  auto deleted = std::async(std::launch::async, [&] { return runtime->Delete(pod.name); });
+  REQUIRE(WaitFor([&] { return writing.load(); }, milliseconds(3000)));
+  runtime->ShutdownLeavingPods();
+  // The Delete under way finished (its record written, its signal sent)
+  // before the runtime stopped.
+  CHECK(deleted.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  CHECK(deleted.get().ok());
+  CHECK(runtime->Delete(pod.name).code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("local runtime: of two records of one pod, the longer stop timeout and grace are kept") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  const auto [a, a_start] = StartSleeper(reaper);
+  const auto [b, b_start] = StartSleeper(reaper);
+  WriteRecord(dir.path(), "a.pod", name, 4, a,
+              "start_ticks=" + std::to_string(a_start) + "\nstop_timeout_ms=1000\n");
+  WriteRecord(dir.path(), "b.pod", name, 4, b,
+              "start_ticks=" + std::to_string(b_start) + "\nstop_timeout_ms=20000\n");
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .stop_pods_on_exit = false});
+  CHECK(runtime->TerminationGrace(name) == milliseconds(2 * 20'000 + 5000));
+  runtime->ShutdownLeavingPods();
+}
+
+TEST_CASE(
     "local runtime: a runtime that adopts a deleting pod whose share-manager lives sends it "
     "SIGTERM (its last runtime may have died before it could)") {
   testing_support::TempDir dir;
