@@ -1156,11 +1156,15 @@ TEST_CASE(
     "SIGKILL only a grace after it") {
   testing_support::TempDir dir;
   Reaper reaper;
-  // Lives through SIGTERM, and writes <dir>/term when it gets one.
+  // Lives through SIGTERM, and writes <dir>/term when it gets one (<dir>/term.ready
+  // once its trap is set).
   const std::string term = dir.path() + "/term";
-  const std::pair<pid_t, uint64_t> live = StartChild(
-      reaper,
-      {"sh", "-c", "trap 'echo TERM > \"$0\"' TERM; while :; do sleep 0.1; done", term.c_str()});
+  const std::pair<pid_t, uint64_t> live =
+      StartChild(reaper, {"sh", "-c",
+                          "trap 'echo TERM > \"$0\"' TERM; : > \"$0.ready\"; "
+                          "while :; do sleep 0.1; done",
+                          term.c_str()});
+  REQUIRE(WaitFor([&] { return std::filesystem::exists(term + ".ready"); }, milliseconds(5000)));
   WriteRecord(dir.path(), PodName("vol", 4) + ".pod", PodName("vol", 4), 4, live.first,
               "start_ticks=" + std::to_string(live.second) +
                   "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs() - 600'000) +
