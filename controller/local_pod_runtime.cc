@@ -599,10 +599,13 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     ReapLater(*std::move(local.child));
     local.child.reset();
   }
-  if (local.share_manager_alive) {
+  if (local.share_manager_alive || local.deleting) {
     // Its children (ganesha, a filesystem check) live in their own groups and
     // outlive it briefly at least: remember them while they can be found.
-    std::vector<pid_t> parents = {local.pid};
+    // While it is deleted, those of its other processes too (one that forks
+    // after its share-manager died), so the delete's SIGKILL reaches them.
+    std::vector<pid_t> parents;
+    if (local.share_manager_alive) parents.push_back(local.pid);
     for (const auto& p : local.procs) {
       if (p.pid != local.pid) parents.push_back(p.pid);
     }
@@ -637,9 +640,16 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
       local.orphans_termed = true;
       SignalAll(local, SIGTERM);
     }
-    if (!local.killed && SteadyClock::now() - local.term_started >= local.grace) {
+    // After the grace, SIGKILL; again on each pass while a process found
+    // since (a child forked meanwhile) remains.
+    const bool unkilled = std::any_of(local.procs.begin(), local.procs.end(),
+                                      [](const Proc& p) { return !p.sigkilled; });
+    if (unkilled && SteadyClock::now() - local.term_started >= local.grace) {
+      const bool first = !local.killed;
       local.killed = true;
-      if (const auto checks = SignalAll(local, SIGKILL); !checks.empty()) {
+      const auto checks = SignalAll(local, SIGKILL);
+      for (auto& p : local.procs) p.sigkilled = true;
+      if (first && !checks.empty()) {
         spdlog::warn(
             "pod {}: a filesystem check is still running (pid {}); it got SIGTERM and never gets "
             "SIGKILL (killed mid-write it can corrupt the filesystem): the pod stays terminating "
