@@ -28,6 +28,7 @@
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "base/proc.h"
+#include "base/validate.h"
 
 namespace controller {
 
@@ -179,6 +180,13 @@ std::string FormatProcs(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
 // of 0 would tell no reused pid apart (a process started at boot matches).
 absl::Status CheckVerifiable(pid_t pid, uint64_t start_ticks) {
   if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
+  // No pod's process, whatever its start time: signalling it would stop the
+  // runtime itself.
+  if (IsSelfOrAncestor(pid)) {
+    return absl::DataLossError(absl::StrCat(
+        "pod record names pid ", pid,
+        ", this runtime's own process or an ancestor of it: no pod's; remove the record"));
+  }
   if (start_ticks == 0) {
     return absl::DataLossError(absl::StrCat(
         "pod record names pid ", pid,
@@ -804,6 +812,9 @@ void LocalPodRuntime::Wake() {
 
 absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                             uint64_t epoch) {
+  // The volume names a directory under the work dir: never "..", a path or
+  // anything else ValidateVolumeName refuses.
+  if (auto valid = base::ValidateVolumeName(spec.volume()); !valid.ok()) return valid;
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
   Pod pod{.name = PodName(spec.volume(), epoch),
           .volume = spec.volume(),

@@ -607,6 +607,44 @@ TEST_CASE(
   runtime->ShutdownLeavingPods();
 }
 
+TEST_CASE(
+    "local runtime: a pod record naming this process or an ancestor of it is refused, and it is "
+    "never signalled") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const auto [sleeper, sleeper_start] = StartSleeper(reaper);
+  const std::string name = PodName("vol", 4);
+  const auto self = RequireOk(base::ReadProcStat(getpid()));
+  const auto parent = RequireOk(base::ReadProcStat(getppid()));
+  SUBCASE("as its share-manager") {
+    WriteRecord(dir.path(), name + ".pod", name, 4, getpid(),
+                "start_ticks=" + std::to_string(self.start_ticks) + "\n");
+  }
+  SUBCASE("among its processes") {
+    WriteRecord(dir.path(), name + ".pod", name, 4, sleeper,
+                "start_ticks=" + std::to_string(sleeper_start) + "\nprocs=" +
+                    std::to_string(getppid()) + ":" + std::to_string(parent.start_ticks) + "\n");
+  }
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(200)});
+  const auto pods = runtime->List("vol");
+  REQUIRE_FALSE(pods.ok());
+  CHECK(pods.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(pods.status().message().find("ancestor") != std::string::npos);
+  CHECK(runtime->Delete(name).ok());  // nothing known to delete
+  runtime->Shutdown();
+}
+
+TEST_CASE("local runtime: Create refuses a volume name that is no directory name") {
+  testing_support::TempDir dir;
+  auto runtime = OpenRuntime({.work_dir = dir.path()});
+  for (const std::string volume : {"..", "a/b", ""}) {
+    CAPTURE(volume);
+    CHECK(runtime->Create(Spec(volume), 1).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/a"));
+  runtime->Shutdown();
+}
+
 TEST_CASE("local runtime: Delete reports a pod gone only after its ganesha is gone") {
   testing_support::TempDir dir;
   Reaper reaper;
