@@ -93,7 +93,7 @@ TEST_CASE("proc: a process's stat, children and the boot id read as before") {
 }  // namespace
 
 TEST_CASE(
-    "proc: a command line without the flag and value is another process's; an empty or unreadable "
+    "proc: a command line without the flag and value is another process's, an empty or unreadable "
     "one says nothing") {
   using namespace std::string_literals;
   const std::string flag = "--pod-uid", uid = "abc";
