@@ -19,6 +19,17 @@ namespace base {
 // concurrently), and an fd opened without it would leak into those children.
 // (glibc's opendir opens its directories O_CLOEXEC already.)
 
+CmdlineMatch CmdlineCarries(const std::optional<std::string>& cmdline, const std::string& flag,
+                            const std::string& value) {
+  if (!cmdline || cmdline->empty()) return CmdlineMatch::kUnknown;
+  // Each argument ends in a NUL: NUL-framed, the pair cannot match inside
+  // another argument, and the first argument is framed by the start.
+  const std::string framed = '\0' + *cmdline;
+  const std::string pair =
+      absl::StrCat(std::string(1, '\0'), flag, std::string(1, '\0'), value, std::string(1, '\0'));
+  return framed.find(pair) != std::string::npos ? CmdlineMatch::kYes : CmdlineMatch::kNo;
+}
+
 std::optional<ProcStat> ReadProcStat(pid_t pid) {
   auto text = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
   if (!text.ok()) return std::nullopt;

@@ -36,6 +36,18 @@ std::vector<pid_t> ProcessChildren(pid_t pid);
 // (members may come and go at once).
 std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
 
+// What a command line (/proc/<pid>/cmdline: arguments each ended by a NUL)
+// says of whether its process runs with the argument pair `flag value`.
+enum class CmdlineMatch {
+  kYes,
+  kNo,  // present, and the pair is not in it
+  // Empty or unreadable: a process mid-execve (its old memory gone, its new
+  // not mapped yet), a zombie or a kernel thread. Says nothing either way.
+  kUnknown,
+};
+CmdlineMatch CmdlineCarries(const std::optional<std::string>& cmdline, const std::string& flag,
+                            const std::string& value);
+
 // This boot's id (/proc/sys/kernel/random/boot_id, a random UUID drawn at
 // boot): start ticks count from boot, so (pid, start) names one process only
 // together with it. nullopt when it cannot be read.

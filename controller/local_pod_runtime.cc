@@ -28,6 +28,7 @@
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "base/proc.h"
+#include "base/validate.h"
 
 namespace controller {
 
@@ -141,12 +142,32 @@ std::string NewPodUid() {
 // Whether `pid`'s command line carries `--pod-uid <uid>` (the held shell's
 // and the share-manager's both do): a record that names another process,
 // however its start time matches, is not followed to it. Records without a
-// uid (older ones) have only the start time.
+// uid (older ones) have only the start time. Mid-execve the command line
+// reads empty: read again for a few ms, and if it stays empty the pid, start
+// time and boot already checked are trusted; only a command line that is
+// there and lacks the uid is another process's.
 bool RunsWithUid(pid_t pid, const std::string& uid) {
   if (uid.empty()) return true;
-  auto cmdline = base::ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
-  return cmdline.ok() && cmdline->find(absl::StrCat(std::string("--pod-uid") + '\0', uid,
-                                                    std::string(1, '\0'))) != std::string::npos;
+  const std::string path = absl::StrCat("/proc/", pid, "/cmdline");
+  for (int attempt = 0;; ++attempt) {
+    auto text = base::ReadFile(path);
+    const auto match = base::CmdlineCarries(
+        text.ok() ? std::optional<std::string>(*std::move(text)) : std::nullopt, "--pod-uid", uid);
+    if (match != base::CmdlineMatch::kUnknown) return match == base::CmdlineMatch::kYes;
+    if (attempt == 4) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// Whether `pid` is this process or one of its ancestors.
+bool IsSelfOrAncestor(pid_t pid) {
+  for (pid_t p = getpid(); p > 0;) {
+    if (p == pid) return true;
+    const auto st = base::ReadProcStat(p);
+    if (!st || st->ppid == p) return false;
+    p = st->ppid;
+  }
+  return false;
 }
 
 std::string FormatProcs(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
@@ -159,6 +180,13 @@ std::string FormatProcs(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
 // of 0 would tell no reused pid apart (a process started at boot matches).
 absl::Status CheckVerifiable(pid_t pid, uint64_t start_ticks) {
   if (pid <= 1) return absl::DataLossError(absl::StrCat("pod record names pid ", pid));
+  // No pod's process, whatever its start time: signalling it would stop the
+  // runtime itself.
+  if (IsSelfOrAncestor(pid)) {
+    return absl::DataLossError(absl::StrCat(
+        "pod record names pid ", pid,
+        ", this runtime's own process or an ancestor of it: no pod's; remove the record"));
+  }
   if (start_ticks == 0) {
     return absl::DataLossError(absl::StrCat(
         "pod record names pid ", pid,
@@ -408,9 +436,18 @@ void LocalPodRuntime::Load() {
   if (ec) load_error_ = absl::StrCat("cannot list ", options_.work_dir, ": ", ec.message());
   // A delete is recorded before its SIGTERM is sent: the last runtime may
   // have died in between. A share-manager stopping already ignores another.
+  // Its grace starts now, as if the delete were asked for now (a delete
+  // carried over by Merge included): SIGTERM always comes first, and the
+  // SIGKILL no sooner than a grace after it.
   for (auto& [name, local] : pods_) {
-    if (local.deleting && local.share_manager_alive) SignalShareManager(local);
+    if (!local.deleting || !local.share_manager_alive) continue;
+    local.term_started = SteadyClock::now();
+    SignalShareManager(local);
   }
+  // A dead share-manager's ganesha, named by its volume's ganesha.pid, only
+  // now that every record is adopted: in the order of the directory, a live
+  // pod that tracks that ganesha might not be known yet.
+  for (auto& [name, local] : pods_) Refresh(local);
 }
 
 LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::string path,
@@ -423,7 +460,6 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   local.stop_timeout = record.stop_timeout.value_or(StopTimeout(options_.daemon_flags));
   local.grace = Grace(local.stop_timeout);
   local.record_path = std::move(path);
-  local.state_dir = volume_dir + "/state";
   local.slot = SlotFor(local.pod.name);
   local.instance = ++next_instance_;
   // The pid is the pod's only in the boot the record was written in (start
@@ -432,9 +468,7 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   // Records without a boot id (older ones) have only the start time.
   const bool other_boot =
       !record.boot_id.empty() && !boot_id_.empty() && record.boot_id != boot_id_;
-  if (other_boot) {
-    local.state_dir.clear();  // a ganesha running now is not this pod's either
-  } else {
+  if (!other_boot) {
     if (base::ProcessAlive(local.pid, local.start_ticks) && RunsWithUid(local.pid, local.pod.uid)) {
       AddProc(local, local.pid, local.start_ticks);
       local.share_manager_alive = !local.procs.empty();
@@ -447,13 +481,23 @@ LocalPodRuntime::LocalPod LocalPodRuntime::Adopt(const PodRecord& record, std::s
   }
   if (record.delete_started) {
     // Goes on where the last runtime was: its grace counts from then (never
-    // from a time to come, were the record's clock not this boot's).
+    // from a time to come, were the record's clock not this boot's). A live
+    // share-manager may never have had its SIGTERM (the last runtime may have
+    // died first): Load sends it one and its grace starts over then, so no
+    // SIGKILL comes before its stop timeout (the wait only gets longer).
     local.deleting = true;
-    local.term_started = std::min(*record.delete_started, SteadyClock::now());
+    local.term_started = local.share_manager_alive
+                             ? SteadyClock::now()
+                             : std::min(*record.delete_started, SteadyClock::now());
   }
   local.pod.phase = local.share_manager_alive ? PodPhase::kRunning : PodPhase::kFailed;
   local.pod.exit_code = -1;  // not our child: its exit status cannot be known
+  // Without its state dir yet: a ganesha.pid is looked up (Load's second
+  // pass) only once every pod of the volume is known, and tracks what it
+  // tracks.
   Refresh(local);
+  // In another boot, a ganesha running now is not this pod's either.
+  if (!other_boot) local.state_dir = volume_dir + "/state";
   spdlog::info("pod {}: {} (pid {}, {} live process(es){})", local.pod.name,
                local.share_manager_alive ? "adopted"
                : other_boot              ? "found gone (recorded in another boot)"
@@ -470,6 +514,10 @@ void LocalPodRuntime::Merge(LocalPod& kept, LocalPod other) {
     return std::tuple(l.share_manager_alive, !l.procs.empty(), l.pod.epoch);
   };
   if (rank(other) > rank(kept)) std::swap(kept, other);
+  // Either record's share-manager may be the one still stopping: the longer
+  // wait of the two.
+  kept.stop_timeout = std::max(kept.stop_timeout, other.stop_timeout);
+  kept.grace = std::max(kept.grace, other.grace);
   // A delete under way in either record goes on: its earliest start counts.
   if (other.deleting) {
     kept.term_started =
@@ -514,6 +562,29 @@ void LocalPodRuntime::AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) 
   local.record_stale = true;
 }
 
+bool LocalPodRuntime::OrphanedGaneshaOf(const LocalPod& local, pid_t pid,
+                                        const base::ProcStat& st) const {
+  if (st.comm.find("ganesha") == std::string::npos || st.start_ticks < local.start_ticks) {
+    return false;
+  }
+  // Another pod's (the state dir is the volume's, shared by its epochs): it
+  // tracks it, as a child it saw or from its record.
+  for (const auto& [name, other] : pods_) {
+    if (&other == &local) continue;
+    for (const auto& p : other.procs) {
+      if (p.pid == pid) return false;
+    }
+  }
+  // An orphan, as the pod's ganesha is once its share-manager died: the
+  // kernel handed it to init or to a subreaper, which can only be one of the
+  // processes the share-manager descended from, as it was spawned here (this
+  // process or an ancestor of it). A live parent that is none of these (a
+  // live share-manager of another pod, a reuser of the pod's pid) means it is
+  // someone else's; so does the dead share-manager's pid itself, which only a
+  // stranger can hold now.
+  return st.ppid == 1 || IsSelfOrAncestor(st.ppid);
+}
+
 bool LocalPodRuntime::Refresh(LocalPod& local) {
   const PodPhase phase = local.pod.phase;
   const bool terminating = local.pod.terminating;
@@ -536,10 +607,13 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
     ReapLater(*std::move(local.child));
     local.child.reset();
   }
-  if (local.share_manager_alive) {
+  if (local.share_manager_alive || local.deleting) {
     // Its children (ganesha, a filesystem check) live in their own groups and
     // outlive it briefly at least: remember them while they can be found.
-    std::vector<pid_t> parents = {local.pid};
+    // While it is deleted, those of its other processes too (one that forks
+    // after its share-manager died), so the delete's SIGKILL reaches them.
+    std::vector<pid_t> parents;
+    if (local.share_manager_alive) parents.push_back(local.pid);
     for (const auto& p : local.procs) {
       if (p.pid != local.pid) parents.push_back(p.pid);
     }
@@ -553,21 +627,12 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
   } else if (!local.state_dir.empty()) {
     // The share-manager is gone (perhaps before we ever saw its children, or
     // before this runtime started): its ganesha may remain, named by the
-    // state dir's pid file, and only if it started after the share-manager.
+    // state dir's pid file (the volume's, shared by all its pods).
     if (auto text = base::ReadFile(local.state_dir + "/ganesha.pid"); text.ok()) {
       pid_t g = 0;
       if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &g)) {
-        // A ganesha whose parent is another pod's live share-manager is that
-        // pod's (the state dir is the volume's, shared by its epochs).
         const auto st = base::ReadProcStat(g);
-        const bool anothers = st && std::any_of(pods_.begin(), pods_.end(), [&](const auto& other) {
-                                return &other.second != &local && other.second.pid == st->ppid &&
-                                       other.second.share_manager_alive;
-                              });
-        if (st && !anothers && st->start_ticks >= local.start_ticks &&
-            st->comm.find("ganesha") != std::string::npos) {
-          AddProc(local, g, st->start_ticks);
-        }
+        if (st && OrphanedGaneshaOf(local, g, *st)) AddProc(local, g, st->start_ticks);
       }
     }
     local.state_dir.clear();  // looked once: a later ganesha.pid belongs to another pod
@@ -583,9 +648,16 @@ bool LocalPodRuntime::Refresh(LocalPod& local) {
       local.orphans_termed = true;
       SignalAll(local, SIGTERM);
     }
-    if (!local.killed && SteadyClock::now() - local.term_started >= local.grace) {
+    // After the grace, SIGKILL; again on each pass while a process found
+    // since (a child forked meanwhile) remains.
+    const bool unkilled = std::any_of(local.procs.begin(), local.procs.end(),
+                                      [](const Proc& p) { return !p.sigkilled; });
+    if (unkilled && SteadyClock::now() - local.term_started >= local.grace) {
+      const bool first = !local.killed;
       local.killed = true;
-      if (const auto checks = SignalAll(local, SIGKILL); !checks.empty()) {
+      const auto checks = SignalAll(local, SIGKILL);
+      for (auto& p : local.procs) p.sigkilled = true;
+      if (first && !checks.empty()) {
         spdlog::warn(
             "pod {}: a filesystem check is still running (pid {}); it got SIGTERM and never gets "
             "SIGKILL (killed mid-write it can corrupt the filesystem): the pod stays terminating "
@@ -661,8 +733,11 @@ void LocalPodRuntime::Stop(bool delete_pods) {
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
-    // A Create under way would add its pod after we listed them.
-    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return creating_ == 0; };
+    // A Create under way would add its pod after we listed them; a Delete
+    // under way would write its record and signal after we stopped.
+    auto created = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return creating_ == 0 && deleting_calls_ == 0;
+    };
     mu_.Await(absl::Condition(&created));
     if (delete_pods) {
       for (const auto& [name, local] : pods_) {
@@ -671,7 +746,7 @@ void LocalPodRuntime::Stop(bool delete_pods) {
       }
     }
   }
-  for (const auto& name : names) (void)Delete(name);
+  for (const auto& name : names) (void)DeletePod(name);
   {
     absl::MutexLock lock(&mu_);
     auto gone = [this, &names]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -737,6 +812,9 @@ void LocalPodRuntime::Wake() {
 
 absl::StatusOr<Pod> LocalPodRuntime::Create(const sharemanager::controller::v1::ShareSpec& spec,
                                             uint64_t epoch) {
+  // The volume names a directory under the work dir: never "..", a path or
+  // anything else ValidateVolumeName refuses.
+  if (auto valid = base::ValidateVolumeName(spec.volume()); !valid.ok()) return valid;
   const std::string volume_dir = absl::StrCat(options_.work_dir, "/", spec.volume());
   Pod pod{.name = PodName(spec.volume(), epoch),
           .volume = spec.volume(),
@@ -988,6 +1066,7 @@ LocalPodRuntime::RecordWrite LocalPodRuntime::Snapshot(LocalPod& local) {
           // the controller process, not the machine (a reboot ends the pod,
           // its pid and start time with it).
           .durability = deleting ? base::Durability::kFsync : base::Durability::kReplaced,
+          .deleting = deleting,
           .unlinks = local.superseded_records};
 }
 
@@ -1020,6 +1099,7 @@ absl::Status LocalPodRuntime::Apply(const RecordWrite& write) {
     for (const auto& path : write.unlinks) unlink(path.c_str());
     slot.landed = write.version;
     slot.landed_path.clear();
+    slot.landed_deleting = false;
     return absl::OkStatus();
   }
   if (auto written = WriteRecordFile(write.path, *write.text, write.durability); !written.ok()) {
@@ -1044,6 +1124,7 @@ absl::Status LocalPodRuntime::Apply(const RecordWrite& write) {
   }
   slot.landed = write.version;
   slot.landed_path = write.path;
+  slot.landed_deleting = write.deleting;
   // This record names every process the superseded ones did.
   for (const auto& path : write.unlinks) unlink(path.c_str());
   return absl::OkStatus();
@@ -1062,6 +1143,11 @@ void LocalPodRuntime::Settle(const RecordWrite& write, const absl::Status& statu
   std::erase_if(local.superseded_records, [&](const std::string& path) {
     return std::find(write.unlinks.begin(), write.unlinks.end(), path) != write.unlinks.end();
   });
+  if (write.deleting && !local.deleting && !local.delete_recording) {
+    // Its delete is on disk although Delete's own write failed.
+    BeginDelete(local);
+    Wake();
+  }
 }
 
 void LocalPodRuntime::RecordWriter() {
@@ -1091,6 +1177,18 @@ absl::Status LocalPodRuntime::WriteRecordFile(const std::string& path, const std
 }
 
 absl::Status LocalPodRuntime::Delete(const std::string& name) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return absl::FailedPreconditionError("the pod runtime is shutting down");
+    ++deleting_calls_;
+  }
+  const absl::Status status = DeletePod(name);
+  absl::MutexLock lock(&mu_);
+  --deleting_calls_;
+  return status;
+}
+
+absl::Status LocalPodRuntime::DeletePod(const std::string& name) {
   std::string volume;
   RecordWrite write;
   {
@@ -1120,7 +1218,16 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
       write = Snapshot(local);
     }
   }
-  const absl::Status recorded = Apply(write);
+  absl::Status recorded = Apply(write);
+  if (!recorded.ok()) {
+    // A newer write saying "deleting" (the monitor's, snapshotted while this
+    // one was recorded) may have landed meanwhile: then the delete is on
+    // disk, and goes on.
+    absl::MutexLock lock(&write.slot->mu);
+    if (write.slot->landed > write.version && write.slot->landed_deleting) {
+      recorded = absl::OkStatus();
+    }
+  }
   if (write.text) {
     absl::MutexLock lock(&mu_);
     Settle(write, recorded);
@@ -1144,8 +1251,8 @@ absl::Status LocalPodRuntime::Delete(const std::string& name) {
 void LocalPodRuntime::BeginDelete(LocalPod& local) {
   local.deleting = true;
   // The grace counts from the SIGTERM (the record has when the delete was
-  // asked for, earlier by its write: an adopting runtime's grace is shorter
-  // by as much, never longer).
+  // asked for, earlier by its write; an adopting runtime starts the grace
+  // over when the share-manager lives, see Adopt).
   local.term_started = SteadyClock::now();
   local.pod.terminating = true;
   // The share-manager stops its ganesha in order; its orphans, and

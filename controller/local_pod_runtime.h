@@ -34,6 +34,7 @@
 #include "base/file_lock.h"
 #include "base/files.h"
 #include "base/loopback_port.h"
+#include "base/proc.h"
 #include "base/unique_fd.h"
 #include "controller/listeners.h"
 #include "controller/pod_runtime.h"
@@ -133,6 +134,8 @@ class LocalPodRuntime final : public PodRuntime {
 
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
                              uint64_t epoch) override;
+  // FailedPrecondition once Shutdown began (which deletes what is to be
+  // deleted itself, after the Deletes under way).
   absl::Status Delete(const std::string& pod) override;
   absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override;
   void Watch(Listener listener) override;
@@ -155,8 +158,9 @@ class LocalPodRuntime final : public PodRuntime {
   // pod's removal, and a removal never after a new Create of the name.
   struct RecordSlot {
     absl::Mutex mu;
-    uint64_t landed ABSL_GUARDED_BY(mu) = 0;      // the newest version written or removed
-    std::string landed_path ABSL_GUARDED_BY(mu);  // what it wrote; empty after a removal
+    uint64_t landed ABSL_GUARDED_BY(mu) = 0;           // the newest version written or removed
+    std::string landed_path ABSL_GUARDED_BY(mu);       // what it wrote; empty after a removal
+    bool landed_deleting ABSL_GUARDED_BY(mu) = false;  // what it wrote said state=deleting
     // Failed writes since the last that landed, and when one was last logged.
     int failures ABSL_GUARDED_BY(mu) = 0;
     std::chrono::steady_clock::time_point failure_logged ABSL_GUARDED_BY(mu);
@@ -164,7 +168,8 @@ class LocalPodRuntime final : public PodRuntime {
   struct Proc {
     pid_t pid = 0;
     uint64_t start_ticks = 0;
-    base::UniqueFd pidfd;  // readable once it exited
+    base::UniqueFd pidfd;    // readable once it exited
+    bool sigkilled = false;  // had the delete's SIGKILL (or was spared it, a check)
   };
   struct LocalPod {
     Pod pod;
@@ -209,6 +214,7 @@ class LocalPodRuntime final : public PodRuntime {
     std::string path;
     std::optional<std::string> text;  // nullopt: a removal of `unlinks`
     base::Durability durability = base::Durability::kReplaced;
+    bool deleting = false;  // the record says state=deleting
     // After the write: the records it replaces (they name no process it
     // does not). For a removal: every record of the pod.
     std::vector<std::string> unlinks;
@@ -239,11 +245,16 @@ class LocalPodRuntime final : public PodRuntime {
   // write is logged, at most every 30 s per pod name, and its recovery once.
   absl::Status Apply(const RecordWrite& write) ABSL_LOCKS_EXCLUDED(mu_);
   // Tells the pod how its Apply went: stale again when it failed; its
-  // superseded records gone when it landed.
+  // superseded records gone when it landed. A record saying "deleting" that
+  // landed (a monitor's write snapshotted while Delete recorded it) begins
+  // the delete, whatever became of Delete's own write: the record is what an
+  // adopting runtime would go by.
   void Settle(const RecordWrite& write, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies what the monitor queued, in order, off the monitor.
   void RecordWriter();
+  // Delete's work, for Delete and Stop (which deletes once closing).
+  absl::Status DeletePod(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // Marks the pod deleting and SIGTERMs its share-manager. Its record says
   // so already.
   void BeginDelete(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -260,6 +271,12 @@ class LocalPodRuntime final : public PodRuntime {
   void Monitor();
   // Refreshes one pod from /proc and its pidfds; true when its listing changed.
   bool Refresh(LocalPod& local) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `pid` (whose stat is `st`), named by the volume's ganesha.pid, is
+  // `local`'s ganesha left behind by its dead share-manager: a ganesha started
+  // after it, tracked by no other pod, and orphaned (its parent init or one
+  // of the share-manager's possible subreapers).
+  bool OrphanedGaneshaOf(const LocalPod& local, pid_t pid, const base::ProcStat& st) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddProc(LocalPod& local, pid_t pid, uint64_t start_ticks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Signals every live process of the pod, and the group of each that leads
   // one. SIGKILL spares filesystem checks (they had SIGTERM) and returns them;
@@ -293,6 +310,9 @@ class LocalPodRuntime final : public PodRuntime {
   base::UniqueFd wakeup_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   int creating_ ABSL_GUARDED_BY(mu_) = 0;
+  // Delete calls under way: Stop waits for them (they write records and
+  // signal), and no new one starts once closing_.
+  int deleting_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> creating_names_ ABSL_GUARDED_BY(mu_);  // Creates under way
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);

@@ -91,4 +91,24 @@ TEST_CASE("proc: a process's stat, children and the boot id read as before") {
 }
 
 }  // namespace
+
+TEST_CASE(
+    "proc: a command line without the flag and value is another process's, an empty or unreadable "
+    "one says nothing") {
+  using namespace std::string_literals;
+  const std::string flag = "--pod-uid", uid = "abc";
+  CHECK(CmdlineCarries("sh\0--pod-uid\0abc\0"s, flag, uid) == CmdlineMatch::kYes);
+  CHECK(CmdlineCarries("--pod-uid\0abc\0"s, flag, uid) == CmdlineMatch::kYes);
+  // Present and without the pair: a stranger.
+  CHECK(CmdlineCarries("sleep\0"
+                       "60\0"s,
+                       flag, uid) == CmdlineMatch::kNo);
+  CHECK(CmdlineCarries("sh\0--pod-uid\0abcd\0"s, flag, uid) == CmdlineMatch::kNo);
+  CHECK(CmdlineCarries("sh\0x--pod-uid\0abc\0"s, flag, uid) == CmdlineMatch::kNo);
+  CHECK(CmdlineCarries("sh\0--pod-uid\0xabc\0"s, flag, uid) == CmdlineMatch::kNo);
+  // Mid-execve the kernel shows an empty command line: unknown, not a stranger.
+  CHECK(CmdlineCarries(""s, flag, uid) == CmdlineMatch::kUnknown);
+  CHECK(CmdlineCarries(std::nullopt, flag, uid) == CmdlineMatch::kUnknown);
+}
+
 }  // namespace base

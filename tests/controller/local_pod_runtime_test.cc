@@ -227,6 +227,15 @@ void WriteRecord(const std::string& work_dir, const std::string& file, const std
               .ok());
 }
 
+// Pod 1 of volume "vol" in `runtime` (over `work_dir`, running
+// FakeShareManager), once its ganesha runs; both handed to `reaper`.
+Pod CreateWithGanesha(LocalPodRuntime& runtime, const std::string& work_dir, Reaper& reaper) {
+  const Pod pod = RequireOk(runtime.Create(Spec("vol"), 1));
+  reaper.Add(runtime.Pid(pod.name));
+  WaitGanesha(work_dir + "/vol/state", reaper);
+  return pod;
+}
+
 // Waits until `runtime` lists no pod of `volume`.
 bool WaitNoPods(LocalPodRuntime& runtime, milliseconds timeout, const std::string& volume = "vol") {
   return WaitFor(
@@ -517,12 +526,26 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "local runtime: a pod record without a start time is refused on load, and its pid never "
-    "signalled") {
+    "local runtime: a pod record without a start time, or naming this process or an ancestor of "
+    "it, is refused on load, and its pid never signalled") {
   testing_support::TempDir dir;
   Reaper reaper;
   const auto [other, start_ticks] = StartSleeper(reaper);
   const std::string name = PodName("vol", 4);
+  std::string refusal = "start_ticks 0";  // what the refusal says
+  SUBCASE("this process as its share-manager") {
+    refusal = "ancestor";
+    WriteRecord(dir.path(), "x.pod", name, 4, getpid(),
+                "start_ticks=" +
+                    std::to_string(RequireOk(base::ReadProcStat(getpid())).start_ticks) + "\n");
+  }
+  SUBCASE("an ancestor among its processes") {
+    refusal = "ancestor";
+    WriteRecord(dir.path(), "x.pod", name, 4, other,
+                "start_ticks=" + std::to_string(start_ticks) +
+                    "\nprocs=" + std::to_string(getppid()) + ":" +
+                    std::to_string(RequireOk(base::ReadProcStat(getppid())).start_ticks) + "\n");
+  }
   SUBCASE("the share-manager's") {
     WriteRecord(dir.path(), "x.pod", name, 4, other, "start_ticks=0\n");
   }
@@ -536,11 +559,76 @@ TEST_CASE(
   const auto pods = runtime->List("vol");
   REQUIRE_FALSE(pods.ok());
   CHECK(pods.status().code() == absl::StatusCode::kDataLoss);
-  CHECK(pods.status().message().find("start_ticks 0") != std::string::npos);
+  CHECK(pods.status().message().find(refusal) != std::string::npos);
   CHECK(runtime->Delete(name).ok());               // nothing known to delete
   std::this_thread::sleep_for(milliseconds(300));  // a negative wait: three monitor passes
   CHECK(base::ProcessAlive(other, start_ticks));
   CHECK(std::filesystem::exists(dir.path() + "/vol/pods/x.pod"));  // left for a human
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: a dead pod's record never takes over the ganesha a live pod of its volume "
+    "tracks, whichever record is loaded first") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // The dead pod's share-manager started before the ganesha, which its
+  // ganesha.pid lookup could claim then.
+  const auto [dead, dead_start] = StartSleeper(reaper);
+  kill(dead, SIGKILL);
+  waitpid(dead, nullptr, 0);
+  std::this_thread::sleep_for(milliseconds(20));  // a later start tick
+  // A "ganesha" (so /proc names it) that dies of SIGTERM, in the volume's
+  // ganesha.pid, tracked by the live pod's record.
+  const std::string ganesha_binary = dir.path() + "/ganesha.nfsd";
+  std::filesystem::copy_file("/bin/sleep", ganesha_binary);
+  const std::pair<pid_t, uint64_t> ganesha = StartChild(reaper, {ganesha_binary.c_str(), "30"});
+  REQUIRE(base::EnsureDirectory(dir.path() + "/vol/state", 0755).ok());
+  REQUIRE(base::WriteFileAtomically(dir.path() + "/vol/state/ganesha.pid",
+                                    std::to_string(ganesha.first) + "\n")
+              .ok());
+  const std::pair<pid_t, uint64_t> live = StartSleeper(reaper);
+  // Both records written in one order; which epoch is the dead one decides
+  // whether it is listed first (by name or by creation): one subcase loads
+  // the dead record before the live one.
+  uint64_t dead_epoch = 0;
+  SUBCASE("the dead pod is the older epoch") { dead_epoch = 1; }
+  SUBCASE("the dead pod is the newer epoch") { dead_epoch = 2; }
+  for (uint64_t epoch : {uint64_t{1}, uint64_t{2}}) {
+    const std::string name = PodName("vol", epoch);
+    if (epoch == dead_epoch) {
+      WriteRecord(dir.path(), name + ".pod", name, epoch, dead,
+                  "start_ticks=" + std::to_string(dead_start) + "\n");
+    } else {
+      WriteRecord(dir.path(), name + ".pod", name, epoch, live.first,
+                  "start_ticks=" + std::to_string(live.second) + "\nprocs=" +
+                      std::to_string(live.first) + ":" + std::to_string(live.second) + "," +
+                      std::to_string(ganesha.first) + ":" + std::to_string(ganesha.second) + "\n");
+    }
+  }
+  auto runtime = OpenRuntime(
+      {.work_dir = dir.path(), .termination_grace = milliseconds(200), .stop_pods_on_exit = false});
+  REQUIRE(RequireOk(runtime->List("vol")).size() == 2);
+  REQUIRE(runtime->Delete(PodName("vol", dead_epoch)).ok());
+  CHECK(WaitFor(
+      [&] {
+        auto pods = runtime->List("vol");
+        return pods.ok() && pods->size() == 1;
+      },
+      milliseconds(3000)));
+  std::this_thread::sleep_for(milliseconds(400));  // a negative wait: past the grace
+  CHECK(base::ProcessAlive(ganesha.first, ganesha.second));
+  runtime->ShutdownLeavingPods();
+}
+
+TEST_CASE("local runtime: Create refuses a volume name that is no directory name") {
+  testing_support::TempDir dir;
+  auto runtime = OpenRuntime({.work_dir = dir.path()});
+  for (const std::string volume : {"..", "a/b", ""}) {
+    CAPTURE(volume);
+    CHECK(runtime->Create(Spec(volume), 1).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/a"));
   runtime->Shutdown();
 }
 
@@ -740,9 +828,15 @@ TEST_CASE(
   reaper.Add(pid);
   // The share-manager is told its instance id, which it reports in its status.
   REQUIRE(created.uid.size() == 32);
-  auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-  REQUIRE(cmdline.ok());
-  CHECK(cmdline->find(std::string("--pod-uid") + '\0' + created.uid + '\0') != std::string::npos);
+  // Once it has exec'd (the held shell carries the uid too, but the exec may
+  // be under way, its command line empty meanwhile).
+  CHECK(WaitFor(
+      [&] {
+        auto cmdline = base::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+        return cmdline.ok() && cmdline->find(std::string("--pod-uid") + '\0' + created.uid +
+                                             '\0') != std::string::npos;
+      },
+      milliseconds(2000)));
   WaitGanesha(dir.path() + "/vol/state", reaper);
 
   // Both would adopt, delete and replace the same pods: the second is refused
@@ -758,6 +852,9 @@ TEST_CASE(
   first.reset();  // shut down; the pod keeps running
 
   REQUIRE(kill(pid, 0) == 0);
+  // Before `second`: a failed REQUIRE unwinds `second` (whose threads may
+  // call the watcher) before what the watcher touches.
+  std::atomic<int> heard{0};
   auto second = OpenRuntime(options);
   auto pods = second->List("vol");
   REQUIRE(pods.ok());
@@ -774,7 +871,6 @@ TEST_CASE(
 
   // Not our child any more: its exit is still seen (pidfd), and only once its
   // ganesha is gone too.
-  std::atomic<int> heard{0};
   second->Watch([&](const std::string&) { ++heard; });
   REQUIRE(second->Delete(created.name).ok());
   CHECK(WaitNoPods(*second, milliseconds(5000)));
@@ -983,6 +1079,86 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "local runtime: a delete that lands on disk through the monitor's write while Delete's own "
+    "fails goes on") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> failed_own{false};
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300)};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (text.find("\nstate=deleting\n") != std::string::npos &&
+        std::this_thread::get_id() == caller && !failed_own.exchange(true)) {
+      // Delete's own write: slow (the stand-in's children come and go, and
+      // the monitor snapshots the record saying "deleting" meanwhile), then
+      // failed.
+      std::this_thread::sleep_for(milliseconds(500));
+      return absl::UnavailableError("disk full");
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = CreateWithGanesha(*runtime, dir.path(), reaper);
+  REQUIRE(runtime->List("vol").ok());
+  const absl::Status deleted = runtime->Delete(pod.name);
+  CHECK(failed_own);
+  // Whatever Delete said (it cannot know of a write landing after it
+  // returned), the record says deleting, so the pod is deleted.
+  INFO(deleted.ToString());
+  CHECK(WaitNoPods(*runtime, milliseconds(5000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: Shutdown waits for the Deletes under way, and Delete is refused once it "
+    "began") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  std::atomic<bool> writing{false};
+  LocalPodRuntimeOptions options{.share_manager_binary = FakeQuietShareManager(dir.path()),
+                                 .work_dir = dir.path(),
+                                 .termination_grace = milliseconds(300),
+                                 .stop_pods_on_exit = false};
+  options.write_record = [&](const std::string& path, const std::string& text,
+                             base::Durability durability) {
+    if (text.find("\nstate=deleting\n") != std::string::npos) {
+      writing = true;
+      std::this_thread::sleep_for(milliseconds(500));  // a slow disk
+    }
+    return base::WriteFileAtomically(path, text, 0644, durability);
+  };
+  auto runtime = OpenRuntime(options);
+  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
+  reaper.Add(runtime->Pid(pod.name));
+  auto deleted = std::async(std::launch::async, [&] { return runtime->Delete(pod.name); });
+  REQUIRE(WaitFor([&] { return writing.load(); }, milliseconds(3000)));
+  runtime->ShutdownLeavingPods();
+  // The Delete under way finished (its record written, its signal sent)
+  // before the runtime stopped.
+  CHECK(deleted.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  CHECK(deleted.get().ok());
+  CHECK(runtime->Delete(pod.name).code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("local runtime: of two records of one pod, the longer stop timeout and grace are kept") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  const std::string name = PodName("vol", 4);
+  const auto [a, a_start] = StartSleeper(reaper);
+  const auto [b, b_start] = StartSleeper(reaper);
+  WriteRecord(dir.path(), "a.pod", name, 4, a,
+              "start_ticks=" + std::to_string(a_start) + "\nstop_timeout_ms=1000\n");
+  WriteRecord(dir.path(), "b.pod", name, 4, b,
+              "start_ticks=" + std::to_string(b_start) + "\nstop_timeout_ms=20000\n");
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .stop_pods_on_exit = false});
+  CHECK(runtime->TerminationGrace(name) == milliseconds(2 * 20'000 + 5000));
+  runtime->ShutdownLeavingPods();
+}
+
+TEST_CASE(
     "local runtime: a runtime that adopts a deleting pod whose share-manager lives sends it "
     "SIGTERM (its last runtime may have died before it could)") {
   testing_support::TempDir dir;
@@ -997,6 +1173,34 @@ TEST_CASE(
   auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(30'000)});
   CHECK(WaitFor([&] { return !base::ProcessAlive(pid, start); }, milliseconds(3000)));
   CHECK(WaitNoPods(*runtime, milliseconds(3000)));
+  runtime->Shutdown();
+}
+
+TEST_CASE(
+    "local runtime: an adopted delete whose grace ran out long ago still sends SIGTERM first, and "
+    "SIGKILL only a grace after it") {
+  testing_support::TempDir dir;
+  Reaper reaper;
+  // Lives through SIGTERM, and writes <dir>/term when it gets one (<dir>/term.ready
+  // once its trap is set).
+  const std::string term = dir.path() + "/term";
+  const std::pair<pid_t, uint64_t> live =
+      StartChild(reaper, {"sh", "-c",
+                          "trap 'echo TERM > \"$0\"' TERM; : > \"$0.ready\"; "
+                          "while :; do sleep 0.1; done",
+                          term.c_str()});
+  REQUIRE(WaitFor([&] { return std::filesystem::exists(term + ".ready"); }, milliseconds(5000)));
+  WriteRecord(dir.path(), PodName("vol", 4) + ".pod", PodName("vol", 4), 4, live.first,
+              "start_ticks=" + std::to_string(live.second) +
+                  "\nstate=deleting\ndelete_started_ms=" + std::to_string(SteadyNowMs() - 600'000) +
+                  "\n");
+  const auto opened = Clock::now();
+  auto runtime = OpenRuntime({.work_dir = dir.path(), .termination_grace = milliseconds(1500)});
+  CHECK(WaitFor([&] { return std::filesystem::exists(term); }, milliseconds(1000)));
+  CHECK(base::ProcessAlive(live.first, live.second));
+  CHECK(WaitNoPods(*runtime, milliseconds(10'000)));
+  CHECK_FALSE(base::ProcessAlive(live.first, live.second));
+  CHECK(Clock::now() - opened >= milliseconds(1500));
   runtime->Shutdown();
 }
 
@@ -1020,9 +1224,7 @@ TEST_CASE(
     return base::WriteFileAtomically(path, text, 0644, durability);
   };
   auto runtime = OpenRuntime(options);
-  const Pod pod = RequireOk(runtime->Create(Spec("vol"), 1));
-  reaper.Add(runtime->Pid(pod.name));
-  WaitGanesha(dir.path() + "/vol/state", reaper);
+  const Pod pod = CreateWithGanesha(*runtime, dir.path(), reaper);
 
   // The stand-in's children come and go: its record is rewritten, and
   // tried again on every monitor pass (100 ms) while that fails.
