@@ -103,7 +103,8 @@ LOG {{
   }}
   CLIENT {{
     Clients = {probe};
-    Access_Type = RO;
+    Access_Type = MDONLY_RO;
+    Squash = All_Squash;
   }}
 )",
                           fmt::arg("list", absl::StrJoin(input_.clients, ", ")),

@@ -24,7 +24,8 @@ struct GaneshaConfigInput {
   std::string plugins_dir;
   // Who may use the export (addresses, CIDR networks, host names); empty:
   // every client. When set, `probe_client` (share-manager's own export
-  // probe connects from there) is allowed read-only besides.
+  // probe connects from there) is allowed metadata only (LOOKUP, GETATTR),
+  // squashed: it may see the export, never read a file's data.
   std::vector<std::string> clients;
   std::string probe_client;
   // No_Root_Squash by default, as Longhorn's share-manager exports.

@@ -260,7 +260,7 @@ absl::StatusOr<GaneshaConfigInput> ReadGaneshaConf(const std::string& text, bool
     }
   }
   // No list: the export grants RW to all. A list: only the CLIENT blocks
-  // grant, the listed clients RW, then the probe's address RO.
+  // grant, the listed clients RW, then the probe's address metadata only, squashed.
   if (clients.empty()) {
     if (access != "RW") return absl::InvalidArgumentError("open export not RW");
     return in;
@@ -279,8 +279,13 @@ absl::StatusOr<GaneshaConfigInput> ReadGaneshaConf(const std::string& text, bool
   ASSIGN_OR_RETURN(rw, One(*clients[0], "Access_Type", false));
   ASSIGN_OR_RETURN(in.probe_client, One(*clients[1], "Clients", false));
   ASSIGN_OR_RETURN(ro, One(*clients[1], "Access_Type", false));
-  if (rw != "RW" || ro != "RO") {
+  if (rw != "RW" || ro != "MDONLY_RO") {
     return absl::InvalidArgumentError(absl::StrCat("CLIENT access ", rw, " and ", ro));
+  }
+  std::string probe_squash;
+  ASSIGN_OR_RETURN(probe_squash, One(*clients[1], "Squash", false));
+  if (probe_squash != "All_Squash") {
+    return absl::InvalidArgumentError(absl::StrCat("the probe's CLIENT squash ", probe_squash));
   }
   return in;
 }

@@ -10,6 +10,7 @@
 
 #include "tests/support/daemon_process.h"
 #include "tests/support/net_namespace.h"
+#include "tests/support/nfs_client.h"
 #include "tests/support/require_ok.h"
 
 namespace {
@@ -57,6 +58,11 @@ TEST_CASE("--nfs-clients: the listed client reads the export, another address is
   CHECK(refused.output.find("scoped") == std::string::npos);
   // The share itself is fine: only that client is kept out.
   CHECK(RequireOk(d->Status()).state() == sharemanager::v1::SERVING);
+  // The probe's own address (this host's end, where the export probe comes
+  // from) may look the export up, never read a file: no data, not as root.
+  CHECK_FALSE(
+      testing_support::ReadOnce(ns.host_address(), d->nfs_port(), d->pseudo_path(), "/hello.txt")
+          .ok());
 }
 
 TEST_CASE("--squash root: files root writes over NFS belong to --anon-uid, not to root") {

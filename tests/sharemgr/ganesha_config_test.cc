@@ -104,7 +104,7 @@ TEST_CASE("the export is open to every client, root not squashed, unless told ot
   CHECK_FALSE(Contains(text, "CLIENT"));
 }
 
-TEST_CASE("a client list grants access only through CLIENT blocks, the probe read-only") {
+TEST_CASE("a client list grants access only through CLIENT blocks, the probe metadata only") {
   auto input = GoodInput();
   input.clients = {"10.42.0.0/16", "node-1"};
   input.probe_client = "127.0.0.1";
@@ -116,13 +116,14 @@ TEST_CASE("a client list grants access only through CLIENT blocks, the probe rea
   const std::string text = config->Render(true);
   CHECK(Contains(text, "  Access_Type = None;\n"));
   CHECK(Contains(text, "    Clients = 10.42.0.0/16, node-1;\n    Access_Type = RW;"));
-  CHECK(Contains(text, "    Clients = 127.0.0.1;\n    Access_Type = RO;"));
+  CHECK(Contains(
+      text, "    Clients = 127.0.0.1;\n    Access_Type = MDONLY_RO;\n    Squash = All_Squash;"));
   CHECK(Contains(text, "Squash = Root_Squash;"));
   CHECK(Contains(text, "Anonymous_Uid = 1000;"));
   CHECK(Contains(text, "Anonymous_Gid = 1001;"));
   // The blocks sit inside the EXPORT block: ganesha ignores a CLIENT anywhere else.
   CHECK(text.find("CLIENT") > text.find("EXPORT {"));
-  CHECK(text.rfind("}\n") > text.rfind("Access_Type = RO;"));
+  CHECK(text.rfind("}\n") > text.rfind("Access_Type = MDONLY_RO;"));
   input.squash = Squash::kAll;
   CHECK(Contains(GaneshaConfig::Create(input)->Render(true), "Squash = All_Squash;"));
 }
