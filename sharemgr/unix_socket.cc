@@ -1,5 +1,6 @@
 #include "sharemgr/unix_socket.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,7 +41,14 @@ absl::Status PrepareSocketPath(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat("--socket: directory ", dir,
                      " is world-writable (anyone could replace the socket); use a directory "
-                     "only its owner (or a group) can write, e.g. /run/share-manager"));
+                     "only its owner can write, e.g. /run/share-manager"));
+  }
+  if ((st.st_mode & S_IWGRP) != 0 || (st.st_uid != 0 && st.st_uid != geteuid())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--socket: directory ", dir,
+                     " can be written by someone else than root or this user (its owner or "
+                     "group), who could replace the socket; use a directory only its owner "
+                     "can write"));
   }
   if (lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -56,11 +64,19 @@ absl::Status PrepareSocketPath(const std::string& path) {
 }
 
 absl::Status RestrictSocket(const std::string& path, std::optional<gid_t> group) {
-  if (group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+  // Never through a symlink: whatever was planted at the path keeps its
+  // owner and mode (chown/chmod would follow it to any file).
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--socket: ", path, " is not the socket just created; not touching it"));
+  }
+  if (group &&
+      fchownat(AT_FDCWD, path.c_str(), static_cast<uid_t>(-1), *group, AT_SYMLINK_NOFOLLOW) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--socket-group: cannot give ", path, " to gid ", *group, ": ", std::strerror(errno)));
   }
-  if (chmod(path.c_str(), group ? 0660 : 0600) != 0) {
+  if (fchmodat(AT_FDCWD, path.c_str(), group ? 0660 : 0600, AT_SYMLINK_NOFOLLOW) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("--socket: cannot chmod ", path, ": ", std::strerror(errno)));
   }

@@ -82,4 +82,29 @@ TEST_CASE("--socket-group takes a group name or a gid, and names an unknown grou
   CHECK(std::string(unknown.status().message()).find("no-such-group-here") != std::string::npos);
 }
 
+TEST_CASE("a socket path that is a symlink is never chmodded through, nor its target chowned") {
+  testing_support::TempDir dir;
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "root's";
+  REQUIRE(chmod(victim.c_str(), 0600) == 0);
+  const std::string path = dir.path() + "/sm.sock";
+  REQUIRE(symlink(victim.c_str(), path.c_str()) == 0);
+  CHECK(RestrictSocket(path, gid_t{4}).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(ModeOf(victim) == 0600);
+  struct stat st {};
+  REQUIRE(stat(victim.c_str(), &st) == 0);
+  CHECK(st.st_gid == 0);
+}
+
+TEST_CASE("a socket directory its group can write, or another user owns, is refused") {
+  testing_support::TempDir dir;
+  REQUIRE(chmod(dir.path().c_str(), 0770) == 0);
+  CHECK(PrepareSocketPath(dir.path() + "/sm.sock").code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(chmod(dir.path().c_str(), 0750) == 0);
+  REQUIRE(chown(dir.path().c_str(), 4242, 0) == 0);
+  CHECK(PrepareSocketPath(dir.path() + "/sm.sock").code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(chown(dir.path().c_str(), 0, 0) == 0);
+  CHECK(PrepareSocketPath(dir.path() + "/sm.sock").ok());
+}
+
 }  // namespace sharemgr
