@@ -35,14 +35,16 @@ supervisor::ProgramResult RequireRun(const std::vector<std::string>& argv) {
 
 // Copies tests/install/<project> out of the tree, configures it against
 // `prefix` only (no package registry: a build tree found there would do) with
-// this build's compiler, and builds it.
+// this build's compiler and linker flags (a coverage build's archives need its
+// runtime), and builds it.
 std::string BuildOutsideProject(const std::string& project, const std::string& prefix,
                                 const std::string& work) {
   const std::string src = work + "/" + project + "-src", build = work + "/" + project + "-build";
   fs::copy(std::string(SHAREMGR_INSTALL_TESTS_DIR) + "/" + project, src,
            fs::copy_options::recursive);
   RequireRun({CMAKE_COMMAND, "-S", src, "-B", build, "-DCMAKE_PREFIX_PATH=" + prefix,
-              "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF", "-DCMAKE_CXX_COMPILER=" SHAREMGR_CXX});
+              "-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF", "-DCMAKE_CXX_COMPILER=" SHAREMGR_CXX,
+              "-DCMAKE_EXE_LINKER_FLAGS=" SHAREMGR_EXE_LINKER_FLAGS});
   std::ifstream cache(build + "/CMakeCache.txt");
   std::stringstream text;
   text << cache.rdbuf();
