@@ -31,7 +31,8 @@ cmake -S . -B build-tsa -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DBUILD_TESTING=OFF -DSHAREMGR_THREAD_SAFETY=ON >/dev/null
 # Each library by name: one a binary stops linking is still analysed.
 cmake --build build-tsa -j "${JOBS:-2}" \
-  --target base supervisor sharemgr controller share-manager share-controller
+  --target base child_process supervisor sharemgr controller controller_testing \
+  share-manager share-controller
 
 echo "== AddressSanitizer + UBSan build"
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON
