@@ -94,8 +94,8 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--death-window", f.death_window, "Window for --max-deaths")
       ->capture_default_str();
   app.add_option("--epoch", f.epoch,
-                 "Fencing epoch; when > 0 every mutating call must carry exactly this epoch "
-                 "(0: unfenced)")
+                 "Fencing epoch: every mutating call must carry exactly this epoch (0: "
+                 "unfenced; calls carry none, and one carrying an epoch is refused)")
       ->capture_default_str();
   app.add_flag("--longhorn-compat", f.longhorn_compat,
                "Also serve Longhorn's ShareManagerService; its calls carry no epoch and are "

@@ -200,6 +200,25 @@ TEST_CASE("Longhorn's unfenced ShareManagerService is served only with --longhor
   CHECK_FALSE(RequireOk(compat->Status()).exported());
 }
 
+TEST_CASE(
+    "an unfenced share-manager refuses a change that carries an epoch, saying so, with nothing "
+    "changed") {
+  auto d = StartDaemon();  // no --epoch: unfenced
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(5000)));
+  v1::UnmountRequest unmount;
+  unmount.set_epoch(4);  // a controller that believes it started this server at epoch 4
+  v1::UnmountResponse response;
+  const auto status = d->Stub()->Unmount(&context, unmount, &response);
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_MESSAGE(status.error_message().find("carries epoch 4") != std::string::npos,
+                status.error_message());
+  CHECK_MESSAGE(status.error_message().find("unfenced (epoch 0") != std::string::npos,
+                status.error_message());
+  CHECK(RequireOk(d->Status()).exported());
+  CHECK(d->WriteEventually("/still.txt", "exported").ok());
+}
+
 TEST_CASE("a fenced share-manager refuses a change that carries no epoch, with nothing changed") {
   auto d = StartDaemon({"--epoch", "5"});
   grpc::ClientContext context;
