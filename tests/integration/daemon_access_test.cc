@@ -188,8 +188,10 @@ TEST_CASE("Longhorn's unfenced ShareManagerService is served only with --longhor
   }
   CHECK(RequireOk(plain->Status()).exported());  // nothing was withdrawn
 
-  // With the flag, its calls act on a fenced share-manager without an epoch.
-  auto compat = StartDaemon({"--epoch", "3", "--longhorn-compat"});
+  // With the flag, and the acknowledgement that they pass the fence, its calls
+  // act on a fenced share-manager without an epoch.
+  auto compat =
+      StartDaemon({"--epoch", "3", "--longhorn-compat", "--longhorn-compat-bypasses-epoch"});
   longhorn = ShareManagerService::NewStub(
       grpc::CreateChannel(compat->addr(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
