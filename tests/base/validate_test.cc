@@ -96,9 +96,11 @@ TEST_CASE(
                            "::ffff:10.0.0.1", "cafe", "a1.b2"}) {
     CHECK_MESSAGE(base::ValidateNfsClient("--nfs-clients", good).ok(), good);
   }
-  for (const char* bad : {"", "*", "10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x",
-                          "10.0.0.300", "a,b", "a b", "host;", "@netgroup", "-node", "node-",
-                          "a..b", "\"quoted\"", "x}\nEXPORT{", "10.0.0.0/+8"}) {
+  for (const char* bad :
+       {"", "*", "10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x", "10.0.0.300", "a,b", "a b",
+        "host;", "@netgroup", "-node", "node-", "a..b", "\"quoted\"", "x}\nEXPORT{", "10.0.0.0/+8",
+        // the manifests' placeholder (container/k8s): a pod shipped with it must not start
+        "REPLACE_WITH_NODE_CIDR"}) {
     const auto status = base::ValidateNfsClient("--nfs-clients", bad);
     CHECK_MESSAGE(status.code() == absl::StatusCode::kInvalidArgument, bad);
     CHECK(std::string(status.message()).find("--nfs-clients") != std::string::npos);
