@@ -4,12 +4,15 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -131,12 +134,17 @@ absl::StatusOr<std::string> NormalizePath(absl::string_view flag, absl::string_v
 namespace {
 
 // inet_pton reads a C string: a NUL inside would end the address there and
-// let whatever follows it through (into ganesha.conf).
-bool IsAddress(int family, absl::string_view address) {
+// let whatever follows it through (into ganesha.conf). `out` gets the address
+// in network order (4 bytes for AF_INET, 16 for AF_INET6).
+bool ParseAddress(int family, absl::string_view address, unsigned char* out) {
   if (address.find('\0') != absl::string_view::npos) return false;
   const std::string text(address);
-  in6_addr buf{};
-  return inet_pton(family, text.c_str(), &buf) == 1;
+  return inet_pton(family, text.c_str(), out) == 1;
+}
+
+bool IsAddress(int family, absl::string_view address) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ParseAddress(family, address, buf);
 }
 
 }  // namespace
@@ -151,11 +159,75 @@ absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address
 
 namespace {
 
+// An address (prefix = its full length) or a CIDR network.
+struct IpNetwork {
+  int family = AF_UNSPEC;
+  unsigned char bytes[sizeof(in6_addr)] = {};
+  int prefix = 0;
+};
+
+std::optional<IpNetwork> ParseNetwork(absl::string_view text) {
+  const size_t slash = text.find('/');
+  const absl::string_view address = text.substr(0, slash);
+  IpNetwork net;
+  if (ParseAddress(AF_INET, address, net.bytes)) {
+    net.family = AF_INET;
+    net.prefix = 32;
+  } else if (ParseAddress(AF_INET6, address, net.bytes)) {
+    net.family = AF_INET6;
+    net.prefix = 128;
+  } else {
+    return std::nullopt;
+  }
+  if (slash == absl::string_view::npos) return net;
+  const absl::string_view digits = text.substr(slash + 1);
+  int prefix = 0;
+  if (digits.empty() || digits.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(digits, &prefix) || prefix > net.prefix) {
+    return std::nullopt;
+  }
+  net.prefix = prefix;
+  return net;
+}
+
+bool SameLeadingBits(const unsigned char* a, const unsigned char* b, int bits) {
+  for (int i = 0; i < bits; ++i) {
+    const int shift = 7 - i % 8;
+    if (((a[i / 8] >> shift) & 1) != ((b[i / 8] >> shift) & 1)) return false;
+  }
+  return true;
+}
+
+// Whether `net` holds any loopback address: 127.0.0.0/8, ::1, or 127.0.0.0/8
+// mapped into IPv6 (::ffff:127.0.0.0/104, how an IPv4 caller of a dual-stack
+// socket appears). Two networks share an address iff they agree on the
+// shorter prefix, so 0.0.0.0/0 and ::/0 hold loopback too.
+bool HoldsLoopback(const IpNetwork& net) {
+  static constexpr IpNetwork kLoopback[] = {
+      {AF_INET, {127}, 8},
+      {AF_INET6, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128},
+      {AF_INET6, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127}, 104},
+  };
+  for (const IpNetwork& loopback : kLoopback) {
+    if (net.family == loopback.family &&
+        SameLeadingBits(net.bytes, loopback.bytes, std::min(net.prefix, loopback.prefix))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A number as C (and inet_aton) writes it: decimal, octal with a leading 0,
+// or hex after 0x, digits optional there ("0x" is 0 to inet_aton).
+bool IsCNumber(absl::string_view text) {
+  if (absl::StartsWithIgnoreCase(text, "0x")) {
+    return text.substr(2).find_first_not_of("0123456789abcdefABCDEF") == absl::string_view::npos;
+  }
+  return !text.empty() && text.find_first_not_of("0123456789") == absl::string_view::npos;
+}
+
 bool IsHostName(absl::string_view name) {
   if (name.empty() || name.size() > 253) return false;
-  // "10.0.0.300" is a mistyped address, not a name: a top label is never all digits.
-  const absl::string_view top = name.substr(name.rfind('.') + 1);
-  if (top.find_first_not_of("0123456789") == absl::string_view::npos) return false;
   for (absl::string_view label : absl::StrSplit(name, '.')) {
     if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
       return false;
@@ -167,28 +239,51 @@ bool IsHostName(absl::string_view name) {
   return true;
 }
 
-bool IsNetwork(absl::string_view text) {
-  const size_t slash = text.find('/');
-  if (slash == absl::string_view::npos) return false;
-  const absl::string_view address = text.substr(0, slash);
-  int prefix = 0;
-  if (!absl::SimpleAtoi(text.substr(slash + 1), &prefix) ||
-      text.substr(slash + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
-    return false;
-  }
-  if (IsAddress(AF_INET, address)) return prefix >= 0 && prefix <= 32;
-  if (IsAddress(AF_INET6, address)) return prefix >= 0 && prefix <= 128;
-  return false;
+// Names the resolver answers with loopback by itself: /etc/hosts on Debian
+// (localhost, ip6-localhost, ip6-loopback) and RHEL (localhost4/6 and their
+// .localdomain forms), RFC 6761's *.localhost, and the localhost.<domain>
+// many DNS zones carry.
+bool IsLoopbackName(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  const absl::string_view text = lower;
+  const absl::string_view first = text.substr(0, text.find('.'));
+  const absl::string_view top = text.substr(text.rfind('.') + 1);
+  return first == "localhost" || first == "localhost4" || first == "localhost6" ||
+         top == "localhost" || text == "ip6-localhost" || text == "ip6-loopback";
 }
 
 }  // namespace
 
 absl::Status ValidateNfsClient(absl::string_view flag, absl::string_view client) {
-  if (ValidateIpAddress(flag, client).ok() || IsNetwork(client) || IsHostName(client)) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", Printable(client), "' ", why));
+  };
+  // The export probe reads from loopback with metadata access only, in a
+  // CLIENT block after this list: the first block that matches wins, so an
+  // entry holding loopback would give every process in the pod (and any
+  // port-forward) the list's read-write access.
+  const std::string loopback = absl::StrCat(
+      "covers loopback (127.0.0.0/8, ::1), which only share-manager's own export probe may use "
+      "(metadata only); without ",
+      flag, " every client may mount");
+  if (const auto network = ParseNetwork(client)) {
+    // ganesha's config lexer reads a bare 0.0.0.0 as its "*": every client.
+    if (client == "0.0.0.0" || HoldsLoopback(*network)) return bad(loopback);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      flag, " '", Printable(client), "' is not an IP address, a CIDR network or a host name"));
+  // inet_aton, which ganesha's name lookup (getaddrinfo) falls back on, reads
+  // numbers in C's spellings as an address: 127.1, 0x7f.1, 2130706433 and
+  // 0177.0.0.1 are all 127.0.0.1. Each such spelling ends in a number, and a
+  // name's last label never is one, so what ends in a number and is not the
+  // strict address inet_pton reads is refused.
+  if (IsCNumber(client.substr(client.rfind('.') + 1))) {
+    return bad(
+        "is not a strict IP address (IPv4: four decimal numbers 0-255, no leading zeros) nor a "
+        "host name (whose last label is never a number)");
+  }
+  if (!IsHostName(client)) return bad("is not an IP address, a CIDR network or a host name");
+  if (IsLoopbackName(client)) return bad(loopback);
+  return absl::OkStatus();
 }
 
 absl::Status ValidatePort(absl::string_view flag, int64_t port) {

@@ -39,7 +39,12 @@ absl::Status ValidatePort(absl::string_view flag, int64_t port);
 
 // An NFS client as ganesha's CLIENT block takes it: an IPv4 or IPv6 address,
 // a network in CIDR form (10.0.0.0/8, fd00::/64) or a host name (DNS-1123
-// subdomain). Nothing else: no wildcards, lists or netgroups.
+// subdomain). Nothing else: no wildcards, lists or netgroups. Never loopback
+// (reserved to the export probe, metadata only): no address or network that
+// holds 127.0.0.0/8 or ::1 (0.0.0.0/0 does), not 0.0.0.0 (ganesha's "every
+// client"), no localhost name, and no name inet_aton reads as an address
+// (127.1, 0x7f.1, 2130706433, 0177.0.0.1: a last label that is a number makes
+// it no name at all). A name DNS resolves to loopback cannot be told here.
 absl::Status ValidateNfsClient(absl::string_view flag, absl::string_view client);
 
 // A non-empty option value with no control characters and none of `forbidden`

@@ -21,6 +21,13 @@ namespace sharemgr {
 namespace {
 
 namespace v1 = sharemanager::v1;
+
+// Both ways a call can miss the fence are refused: another epoch (or none)
+// at a fenced server, any epoch at an unfenced one.
+constexpr char kEpochHelp[] =
+    "Fencing epoch: exactly the --epoch the share-manager runs with (leave 0 for one started "
+    "without: it refuses a call that carries an epoch)";
+
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
@@ -287,14 +294,12 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
   add("watch", "Print the status now and at every change, until the server stops", &Client::Watch)
       ->add_flag("--json", flags.json, "Print JSON, one object per line");
   auto* mount = add("mount", "(Re)export the share", &Client::Mount);
-  mount->add_option("--epoch", flags.epoch,
-                    "Fencing epoch (required when the share-manager was started with one)");
+  mount->add_option("--epoch", flags.epoch, kEpochHelp);
   mount->add_option("--generation", flags.generation,
                     "Remount generation to handle (0: one more); an old one is a no-op");
   mount->add_flag("--json", flags.json, "Print JSON");
   auto* unmount = add("unmount", "Withdraw the export (ganesha keeps running)", &Client::Unmount);
-  unmount->add_option("--epoch", flags.epoch,
-                      "Fencing epoch (required when the share-manager was started with one)");
+  unmount->add_option("--epoch", flags.epoch, kEpochHelp);
   unmount->add_flag("--json", flags.json, "Print JSON");
   add("probe",
       "grpc.health.v1 check; exit 0 iff SERVING (1 bad args, 2 unreachable, 3 RPC failed, "

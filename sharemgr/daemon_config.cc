@@ -94,12 +94,15 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--death-window", f.death_window, "Window for --max-deaths")
       ->capture_default_str();
   app.add_option("--epoch", f.epoch,
-                 "Fencing epoch; when > 0 every mutating call must carry exactly this epoch "
-                 "(0: unfenced)")
+                 "Fencing epoch: every mutating call must carry exactly this epoch (0: "
+                 "unfenced; calls carry none, and one carrying an epoch is refused)")
       ->capture_default_str();
   app.add_flag("--longhorn-compat", f.longhorn_compat,
                "Also serve Longhorn's ShareManagerService; its calls carry no epoch and are "
-               "NOT fenced");
+               "NOT fenced (with --epoch > 0 only beside --longhorn-compat-bypasses-epoch)");
+  app.add_flag("--longhorn-compat-bypasses-epoch", f.longhorn_compat_bypasses_epoch,
+               "Accept that with --longhorn-compat and --epoch > 0, Longhorn's calls get past "
+               "the fence (without it that combination is refused)");
   app.add_option("--max-volume-op-time", f.max_volume_op_time,
                  "Server-side bound on a trim or resize, whatever the caller's deadline")
       ->capture_default_str();
@@ -207,6 +210,18 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     auto gid = ResolveSocketGroup(f.socket_group);
     if (!gid.ok()) return gid.status();
     socket_group = *gid;
+  }
+  // Longhorn's calls carry no epoch and are served at the server's own, so
+  // beside a fence they walk past it: that must be written down, never a
+  // side effect of adding --epoch to a Longhorn invocation.
+  if (f.longhorn_compat && f.epoch > 0 && !f.longhorn_compat_bypasses_epoch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--longhorn-compat with --epoch ", f.epoch,
+        " serves Longhorn's calls, which carry no epoch, past the fence: drop one of them, or add "
+        "--longhorn-compat-bypasses-epoch to accept that"));
+  }
+  if (f.longhorn_compat_bypasses_epoch && !f.longhorn_compat) {
+    return absl::InvalidArgumentError("--longhorn-compat-bypasses-epoch needs --longhorn-compat");
   }
   if (f.probe_failures < 1 || f.probe_failures > 100) {
     return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");

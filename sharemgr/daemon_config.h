@@ -67,6 +67,9 @@ struct DaemonFlags {
   std::vector<std::string> longhorn_mount_options;
   // Serve Longhorn's ShareManagerService too (it carries no epoch: unfenced).
   bool longhorn_compat = false;
+  // With --epoch > 0, Longhorn's calls pass the fence at the server's own
+  // epoch: refused unless this says it is meant.
+  bool longhorn_compat_bypasses_epoch = false;
   // What callers may make the gRPC server spend.
   std::string max_volume_op_time = "10m";
   int64_t max_watch_streams = 64;

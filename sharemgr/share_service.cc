@@ -80,6 +80,15 @@ ShareStatus ShareService::Current() const {
 
 absl::Status ShareService::CheckEpoch(uint64_t requested) const {
   if (requested == limits_.epoch) return absl::OkStatus();
+  if (limits_.epoch == 0) {
+    // The caller believes it fences this server; nothing here keeps a stale
+    // peer out, so it must learn that rather than be served.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request carries epoch ", requested,
+        " but this share-manager is unfenced (epoch 0, started without --epoch): it was not "
+        "started for epoch ",
+        requested, " and fences nothing"));
+  }
   if (requested == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("request carries no epoch but this share-manager is fenced at epoch ",

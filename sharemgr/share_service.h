@@ -47,8 +47,10 @@ struct ShareCommands {
 // service spend: beyond a cap a call is refused with RESOURCE_EXHAUSTED at
 // once, so gRPC's handler threads (also the health service's) never run out.
 struct ShareServiceLimits {
-  // 0: unfenced (no --epoch given). Otherwise a mutating call must carry
-  // exactly this epoch; 0 (unset) is refused like any other.
+  // A mutating call must carry exactly this epoch. 0: unfenced (no --epoch
+  // given): calls without an epoch pass, one carrying an epoch is refused (its
+  // sender believes in a fence that is not there). Otherwise 0 (unset) is
+  // refused like any other.
   uint64_t epoch = 0;
   // A trim or resize is bounded by this whatever deadline the caller sent.
   std::chrono::system_clock::duration max_volume_op_time = std::chrono::minutes(10);

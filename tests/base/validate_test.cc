@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 namespace base {
 
@@ -90,16 +91,51 @@ TEST_CASE("addresses, ports, grace and lease") {
 
 TEST_CASE(
     "NFS clients are addresses, CIDR networks or host names, nothing that could break the config") {
-  for (const char* good : {"10.0.0.7", "fd00::1", "10.42.0.0/16", "0.0.0.0/0", "fd00::/64",
-                           "node-1", "node-1.cluster.local"}) {
+  for (const char* good : {"10.0.0.7", "fd00::1", "10.42.0.0/16", "128.0.0.0/1", "fd00::/64",
+                           "node-1", "node-1.cluster.local", "126.255.255.255", "128.0.0.0", "::2",
+                           "::ffff:10.0.0.1", "cafe", "a1.b2"}) {
     CHECK_MESSAGE(base::ValidateNfsClient("--nfs-clients", good).ok(), good);
   }
-  for (const char* bad : {"", "*", "10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x",
-                          "10.0.0.300", "a,b", "a b", "host;", "@netgroup", "-node", "node-",
-                          "a..b", "\"quoted\"", "x}\nEXPORT{", "10.0.0.0/+8"}) {
+  for (const char* bad :
+       {"", "*", "10.0.0.0/33", "fd00::/129", "10.0.0.0/", "10.0.0.0/x", "10.0.0.300", "a,b", "a b",
+        "host;", "@netgroup", "-node", "node-", "a..b", "\"quoted\"", "x}\nEXPORT{", "10.0.0.0/+8",
+        // the manifests' placeholder (container/k8s): a pod shipped with it must not start
+        "REPLACE_WITH_NODE_CIDR"}) {
     const auto status = base::ValidateNfsClient("--nfs-clients", bad);
     CHECK_MESSAGE(status.code() == absl::StatusCode::kInvalidArgument, bad);
     CHECK(std::string(status.message()).find("--nfs-clients") != std::string::npos);
+  }
+}
+
+// The export probe reads from loopback with metadata access only, and the
+// client list comes first in the export: an entry that reaches loopback would
+// give any process in the pod the list's read-write access.
+TEST_CASE("an NFS client is never loopback, however it is written") {
+  const std::vector<std::string> loopback = {
+      // addresses and networks holding 127.0.0.0/8 or ::1
+      "127.0.0.1", "127.255.255.254", "127.0.0.0/8", "127.0.0.1/32", "126.0.0.0/7", "0.0.0.0/0",
+      "::1", "::1/128", "::/0", "::/127", "::ffff:127.0.0.1", "::ffff:7f00:1", "::ffff:0:0/96",
+      "0:0:0:0:0:0:0:1",
+      // ganesha's wildcard for every client
+      "0.0.0.0",
+      // names the resolver answers with loopback by itself
+      "localhost", "LocalHost", "localhost.localdomain", "localhost4", "localhost6.localdomain6",
+      "ip6-localhost", "ip6-loopback", "app.localhost", "localhost.cluster.local"};
+  for (const auto& client : loopback) {
+    const auto status = base::ValidateNfsClient("--nfs-clients", client);
+    CHECK_MESSAGE(status.code() == absl::StatusCode::kInvalidArgument, client);
+    CHECK_MESSAGE(std::string(status.message()).find("covers loopback") != std::string::npos,
+                  status.message());
+  }
+  // inet_aton (getaddrinfo's fallback, so ganesha's) reads the first ten as
+  // 127.0.0.1; a name never ends in a number. No strict address, no name.
+  for (const char* client :
+       {"127.1", "127.0.1", "0x7f.1", "0x7f000001", "0X7F000001", "2130706433", "0177.0.0.1",
+        "017700000001", "127.0.0.0x1", "0x7f.0.0.1", "1.0x7f", "0x", "node.0x1"}) {
+    const auto status = base::ValidateNfsClient("--nfs-clients", client);
+    CHECK_MESSAGE(status.code() == absl::StatusCode::kInvalidArgument, client);
+    CHECK_MESSAGE(std::string(status.message()).find("nor a host name") != std::string::npos,
+                  status.message());
   }
 }
 

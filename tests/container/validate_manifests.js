@@ -2,8 +2,12 @@
 // (kubernetes-models, from npm) and checks that every grpc probe names a
 // health service share-manager publishes (read from sharemgr/health_names.h).
 // Prints "N passed, M failed" and exits non-zero on any failure.
+// Usage: node validate_manifests.js [--node-cidr CIDR]
+// The manifests ship REPLACE_WITH_NODE_CIDR where the nodes' network goes:
+// as shipped they fail here; --node-cidr (tests only) fills a CIDR in first.
 "use strict";
 const fs = require("fs");
+const net = require("net");
 const path = require("path");
 const YAML = require("yaml");
 const v1 = require("kubernetes-models/v1");
@@ -33,12 +37,40 @@ function check(name, fn) {
   }
 }
 
+// An IPv4 or IPv6 network as an ipBlock and --nfs-clients take it, never all
+// addresses (a /0 is no node network).
+function isCidr(text) {
+  const [address, prefix, extra] = String(text).split("/");
+  const family = net.isIP(address);
+  if (!family || extra !== undefined || !/^[0-9]{1,3}$/.test(prefix || "")) return false;
+  return Number(prefix) > 0 && Number(prefix) <= (family === 4 ? 32 : 128);
+}
+
+const PLACEHOLDER = "REPLACE_WITH_NODE_CIDR";
+const cidrFlag = process.argv.indexOf("--node-cidr");
+const nodeCidr = cidrFlag >= 0 ? process.argv[cidrFlag + 1] : undefined;
+if (cidrFlag >= 0 && !isCidr(nodeCidr)) {
+  console.log(`--node-cidr needs a CIDR network (e.g. 10.0.0.0/16), not "${nodeCidr}"`);
+  process.exit(2);
+}
+
 const dir = path.join(root, "container/k8s");
 const pods = [];
 const services = [];
 const policies = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
-  for (const doc of YAML.parseAllDocuments(fs.readFileSync(path.join(dir, file), "utf8"))) {
+  let text = fs.readFileSync(path.join(dir, file), "utf8");
+  if (nodeCidr) text = text.replaceAll(PLACEHOLDER, nodeCidr);
+  check(`${file}: the nodes' network is filled in`, () => {
+    if (text.includes(PLACEHOLDER)) {
+      throw new Error(
+        `${PLACEHOLDER} is still here: replace it with the nodes' network (a CIDR), in the ` +
+          `NetworkPolicy's NFS rule and the pod's --nfs-clients alike (as shipped the ` +
+          `manifests are a template; the test fills one in with --node-cidr)`,
+      );
+    }
+  });
+  for (const doc of YAML.parseAllDocuments(text)) {
     const obj = doc.toJS();
     if (obj.kind === "Pod") pods.push(obj);
     if (obj.kind === "Service") services.push(obj);
@@ -118,33 +150,145 @@ check("container/k8s holds a Pod with a share-manager container and a Service", 
     }
   }
 });
-// Each NetworkPolicy selects a share-manager pod and names only ports it
-// declares; the API port is reachable only from selected pods (never from an
-// address block or from everyone), the health and NFS ports are reachable.
+// Each NetworkPolicy selects a share-manager pod; every ingress rule names
+// ports the pod declares (a rule without ports, or a port entry without a
+// port, opens every port, the API's included); the API port is reachable only
+// from the controller's pods, NFS only from address blocks (the nodes': the
+// kubelet mounts from the node), and the pod's --nfs-clients are those blocks.
+// The controller's pods as the manifests ship them (namespace and labels are
+// template values: change them here too).
+const CONTROLLER_PEER = {
+  namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "longhorn-system" } },
+  podSelector: { matchLabels: { "app.kubernetes.io/name": "share-controller" } },
+};
+function sameObject(a, b) {
+  const sorted = (v) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])]))
+      : v;
+  return JSON.stringify(sorted(a)) === JSON.stringify(sorted(b));
+}
+function selectedPod(np) {
+  const labels = Object.entries((np.spec.podSelector && np.spec.podSelector.matchLabels) || {});
+  const selects = (p) => labels.length && labels.every(([k, v]) => (p.metadata.labels || {})[k] === v);
+  const pod = pods.find(selects);
+  if (!pod) throw new Error("selects no pod in container/k8s");
+  return pod;
+}
+// Throws on the first rule that lets more in than the above; returns the NFS
+// rule's address blocks.
+function checkPolicy(np) {
+  const pod = selectedPod(np);
+  const declared = pod.spec.containers.flatMap((c) => c.ports || []).map((p) => p.name);
+  const allowed = new Set();
+  const nfsBlocks = [];
+  for (const [i, rule] of (np.spec.ingress || []).entries()) {
+    const ports = rule.ports || [];
+    if (!ports.length) {
+      throw new Error(`ingress rule ${i} has no ports: it opens every port, grpc included`);
+    }
+    const from = rule.from || [];
+    for (const port of ports) {
+      if (port.port === undefined) {
+        throw new Error(`ingress rule ${i} has a port entry without port: it opens every port`);
+      }
+      if (!declared.includes(port.port)) {
+        throw new Error(`port ${port.port} is not a named port of the pod`);
+      }
+      allowed.add(port.port);
+      if (port.port === "grpc") {
+        if (!from.length || from.some((peer) => !sameObject(peer, CONTROLLER_PEER))) {
+          throw new Error(
+            `the grpc port is open to more than the controller's pods ${JSON.stringify(CONTROLLER_PEER)}`,
+          );
+        }
+      }
+      if (port.port === "nfs") {
+        if (!from.length || from.some((peer) => Object.keys(peer).join() !== "ipBlock")) {
+          throw new Error("the nfs port is open to more than the nodes' address blocks (ipBlock only)");
+        }
+        for (const { ipBlock } of from) {
+          if (!isCidr(ipBlock.cidr)) {
+            throw new Error(`the nfs port's ipBlock ${ipBlock.cidr} is not a node network (CIDR)`);
+          }
+          nfsBlocks.push(ipBlock.cidr);
+        }
+      }
+    }
+  }
+  for (const name of ["grpc", "health", "nfs"]) {
+    if (!allowed.has(name)) throw new Error(`port ${name} is not allowed at all`);
+  }
+  return nfsBlocks;
+}
 check("container/k8s holds a NetworkPolicy", () => {
   if (!policies.length) throw new Error("no NetworkPolicy in container/k8s");
 });
 for (const np of policies) {
-  check(`NetworkPolicy ${np.metadata.name}: the API port only from the controller's pods`, () => {
-    const labels = Object.entries((np.spec.podSelector && np.spec.podSelector.matchLabels) || {});
-    const pod = pods.find((p) => labels.length && labels.every(([k, v]) => (p.metadata.labels || {})[k] === v));
-    if (!pod) throw new Error("selects no pod in container/k8s");
-    const declared = pod.spec.containers.flatMap((c) => c.ports || []).map((p) => p.name);
-    const allowed = new Set();
-    for (const rule of np.spec.ingress || []) {
-      for (const port of rule.ports || []) {
-        if (!declared.includes(port.port)) throw new Error(`port ${port.port} is not a port of the pod`);
-        allowed.add(port.port);
-        if (port.port !== "grpc") continue;
-        const from = rule.from || [];
-        if (!from.length || from.some((peer) => !peer.podSelector || peer.ipBlock)) {
-          throw new Error("the grpc port is open to more than selected pods");
-        }
-      }
+  const name = `NetworkPolicy ${np.metadata.name}`;
+  check(`${name}: every rule names its ports; grpc only from the controller's pods, nfs only from the nodes`, () => {
+    checkPolicy(np);
+  });
+  check(`${name}: the pod's --nfs-clients are the NFS rule's address blocks`, () => {
+    const blocks = [...new Set(checkPolicy(np))].sort();
+    const c = selectedPod(np).spec.containers.find((x) => x.name === "share-manager") || {};
+    const flag = "--nfs-clients=";
+    const clients = (c.args || []).filter((a) => a.startsWith(flag)).map((a) => a.slice(flag.length));
+    const sorted = [...new Set(clients)].sort();
+    if (JSON.stringify(sorted) !== JSON.stringify(blocks)) {
+      throw new Error(`--nfs-clients ${JSON.stringify(sorted)}, the NFS rule admits ${JSON.stringify(blocks)}`);
     }
-    for (const name of ["grpc", "health", "nfs"]) {
-      if (!allowed.has(name)) throw new Error(`port ${name} is not allowed at all`);
+  });
+}
+// The policy check itself must refuse what it is there to refuse, or it
+// proves nothing: each case widens a valid policy in one way.
+const validPolicy = {
+  spec: {
+    podSelector: { matchLabels: (pods[0] && pods[0].metadata.labels) || {} },
+    ingress: [
+      { from: [CONTROLLER_PEER], ports: [{ port: "grpc", protocol: "TCP" }] },
+      { ports: [{ port: "health", protocol: "TCP" }] },
+      { from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [{ port: "nfs", protocol: "TCP" }] },
+    ],
+  },
+};
+const widened = {
+  "NFS from every pod (namespaceSelector {})": (p) =>
+    p.spec.ingress[2].from.push({ namespaceSelector: {} }),
+  "NFS from the controller's pods": (p) => p.spec.ingress[2].from.push(CONTROLLER_PEER),
+  "NFS still at the placeholder": (p) => (p.spec.ingress[2].from[0].ipBlock.cidr = PLACEHOLDER),
+  "NFS from every address (0.0.0.0/0)": (p) => (p.spec.ingress[2].from[0].ipBlock.cidr = "0.0.0.0/0"),
+  "NFS from everyone (no from)": (p) => delete p.spec.ingress[2].from,
+  "a rule without ports": (p) => p.spec.ingress.push({ from: [CONTROLLER_PEER] }),
+  "a rule with an empty ports list": (p) =>
+    p.spec.ingress.push({ from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [] }),
+  "a port entry without port": (p) => p.spec.ingress[1].ports.push({ protocol: "TCP" }),
+  "the API port by number beside health (open to everyone)": (p) =>
+    p.spec.ingress[1].ports.push({ port: 9600, protocol: "TCP" }),
+  "grpc from an address block": (p) =>
+    p.spec.ingress[0].from.push({ ipBlock: { cidr: "10.0.0.0/16" } }),
+  "grpc from the controller's labels in any namespace": (p) =>
+    p.spec.ingress[0].from.push({ namespaceSelector: {}, podSelector: CONTROLLER_PEER.podSelector }),
+  "grpc from every pod of the controller's namespace": (p) =>
+    p.spec.ingress[0].from.push({ namespaceSelector: CONTROLLER_PEER.namespaceSelector }),
+  "grpc beside health, open to everyone": (p) =>
+    p.spec.ingress[1].ports.push({ port: "grpc", protocol: "TCP" }),
+  "grpc from everyone (no from)": (p) => delete p.spec.ingress[0].from,
+};
+check("the NetworkPolicy check accepts the valid policy it widens below", () => {
+  checkPolicy(structuredClone(validPolicy));
+});
+for (const [what, widen] of Object.entries(widened)) {
+  check(`the NetworkPolicy check refuses ${what}`, () => {
+    const p = structuredClone(validPolicy);
+    widen(p);
+    let refused = false;
+    try {
+      checkPolicy(p);
+    } catch (e) {
+      refused = true;
     }
+    if (!refused) throw new Error("accepted");
   });
 }
 // README "Kubernetes manifests": the probe timings, the grace period and the

@@ -2,8 +2,12 @@
 // ganesha.conf, a command line or a mount: durations, volume names, paths,
 // pod uids, addresses, NFS clients and mount options. Input: one value
 // (every check gets the whole input).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "base/clock.h"
@@ -70,6 +74,28 @@ void Paths(absl::string_view text) {
   }
 }
 
+// What ganesha makes of an accepted client (names through getaddrinfo, which
+// reads IPv4 numbers as inet_aton does): never loopback, never read as an
+// address in a spelling the strict parser refused, never the wildcard.
+void NfsClientIsNoLoopback(const std::string& client) {
+  in_addr v4{};
+  if (inet_aton(client.c_str(), &v4) == 1) {
+    in_addr strict{};
+    Check(inet_pton(AF_INET, client.c_str(), &strict) == 1,
+          "an accepted NFS client inet_aton reads is a strict dotted quad", client);
+    Check((ntohl(v4.s_addr) >> 24) != 127, "an accepted NFS client is not in 127.0.0.0/8", client);
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, client.c_str(), &v6) == 1) {
+    Check(!IN6_IS_ADDR_LOOPBACK(&v6) && !(IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127),
+          "an accepted NFS client is not ::1 or ::ffff:127.0.0.0/104", client);
+  }
+  Check(absl::AsciiStrToLower(client) != "localhost", "an accepted NFS client is not localhost",
+        client);
+  Check(client != "0.0.0.0", "an accepted NFS client is not ganesha's every-client 0.0.0.0",
+        client);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -94,6 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (base::ValidateNfsClient("--nfs-clients", text).ok()) {
     Check(!text.empty() && OnlyChars(text, ".:/-"),
           "an NFS client is letters, digits, '.', ':', '/' and '-'", std::string(text));
+    NfsClientIsNoLoopback(std::string(text));
   }
   if (base::ValidateOption("--mount-option", text, ",").ok()) {
     Check(!text.empty() && NoControl(text) && text.find(',') == absl::string_view::npos,

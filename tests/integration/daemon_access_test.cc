@@ -188,8 +188,10 @@ TEST_CASE("Longhorn's unfenced ShareManagerService is served only with --longhor
   }
   CHECK(RequireOk(plain->Status()).exported());  // nothing was withdrawn
 
-  // With the flag, its calls act on a fenced share-manager without an epoch.
-  auto compat = StartDaemon({"--epoch", "3", "--longhorn-compat"});
+  // With the flag, and the acknowledgement that they pass the fence, its calls
+  // act on a fenced share-manager without an epoch.
+  auto compat =
+      StartDaemon({"--epoch", "3", "--longhorn-compat", "--longhorn-compat-bypasses-epoch"});
   longhorn = ShareManagerService::NewStub(
       grpc::CreateChannel(compat->addr(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
@@ -198,6 +200,25 @@ TEST_CASE("Longhorn's unfenced ShareManagerService is served only with --longhor
   const auto status = longhorn->Unmount(&context, google::protobuf::Empty(), &response);
   CHECK_MESSAGE(status.ok(), status.error_message());
   CHECK_FALSE(RequireOk(compat->Status()).exported());
+}
+
+TEST_CASE(
+    "an unfenced share-manager refuses a change that carries an epoch, saying so, with nothing "
+    "changed") {
+  auto d = StartDaemon();  // no --epoch: unfenced
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(5000)));
+  v1::UnmountRequest unmount;
+  unmount.set_epoch(4);  // a controller that believes it started this server at epoch 4
+  v1::UnmountResponse response;
+  const auto status = d->Stub()->Unmount(&context, unmount, &response);
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_MESSAGE(status.error_message().find("carries epoch 4") != std::string::npos,
+                status.error_message());
+  CHECK_MESSAGE(status.error_message().find("unfenced (epoch 0") != std::string::npos,
+                status.error_message());
+  CHECK(RequireOk(d->Status()).exported());
+  CHECK(d->WriteEventually("/still.txt", "exported").ok());
 }
 
 TEST_CASE("a fenced share-manager refuses a change that carries no epoch, with nothing changed") {

@@ -440,6 +440,11 @@ TEST_CASE("bad flags: one clear line, exit code 2, nothing started") {
       {{"--volume", "pvc-1", "--grace-period", "10", "--lease-lifetime", "60"}, "--grace-period"},
       {{"--volume", "pvc-1", "--probe-interval", "fast"}, "--probe-interval"},
       {{"--volume", "pvc-1", "--nfs-port", "notaport"}, "--nfs-port"},
+      // Longhorn's calls carry no epoch: beside a fence only when acknowledged.
+      {{"--volume", "pvc-1", "--epoch", "3", "--longhorn-compat"},
+       "add --longhorn-compat-bypasses-epoch"},
+      {{"--volume", "pvc-1", "--nfs-clients", "0x7f.1"}, "--nfs-clients"},
+      {{"--volume", "pvc-1", "--nfs-clients", "localhost"}, "covers loopback"},
       {{}, "--volume"},
   };
   for (const auto& c : cases) {

@@ -109,6 +109,40 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
   }
 }
 
+// Longhorn's calls carry no epoch and pass at the server's own: beside a fence
+// they bypass it, so adding --epoch to a Longhorn invocation must not do that
+// silently.
+TEST_CASE(
+    "--longhorn-compat with --epoch > 0 is refused unless --longhorn-compat-bypasses-epoch "
+    "accepts it") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  flags.longhorn_compat = true;
+  flags.epoch = 3;
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().message() ==
+        "--longhorn-compat with --epoch 3 serves Longhorn's calls, which carry no epoch, past the "
+        "fence: drop one of them, or add --longhorn-compat-bypasses-epoch to accept that");
+
+  flags.longhorn_compat_bypasses_epoch = true;
+  config = ResolveDaemonConfig(flags);
+  REQUIRE_MESSAGE(config.ok(), config.status().ToString());
+  CHECK(config->longhorn_compat);
+  CHECK(config->limits.epoch == 3);
+
+  flags.epoch = 0;  // unfenced: nothing to bypass, nothing to accept
+  flags.longhorn_compat_bypasses_epoch = false;
+  CHECK(ResolveDaemonConfig(flags).ok());
+
+  // The acknowledgement alone is a half configuration.
+  flags.longhorn_compat = false;
+  flags.longhorn_compat_bypasses_epoch = true;
+  config = ResolveDaemonConfig(flags);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().message() == "--longhorn-compat-bypasses-epoch needs --longhorn-compat");
+}
+
 TEST_CASE("--max-repairs beyond 1000 is refused, naming the range 0 to 1000") {
   DaemonFlags flags;
   flags.volume = "pvc-1";

@@ -188,13 +188,21 @@ TEST_CASE("without a block device, trim and resize say so") {
   CHECK(status.error_message().find("--device") != std::string::npos);
 }
 
-TEST_CASE("an unfenced share-manager takes epoch 0 and refuses a call meant for an epoch") {
+TEST_CASE(
+    "an unfenced share-manager takes epoch 0 and refuses a call meant for an epoch, saying it is "
+    "unfenced and naming both epochs") {
   StatusBoard board;
   FakeLoop loop;
+  std::atomic<int> unmounts{0};
   ShareService service(
       board,
       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
-                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; }},
+                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
+                    .unmount =
+                        [&] {
+                          ++unmounts;
+                          return absl::OkStatus();
+                        }},
       ShareServiceLimits{});
   grpc::ServerContext context;
   v1::MountRequest request;
@@ -202,8 +210,24 @@ TEST_CASE("an unfenced share-manager takes epoch 0 and refuses a call meant for 
   request.set_generation(1);
   CHECK(service.Mount(&context, &request, &response).ok());
   request.set_epoch(2);  // a controller fencing at 2 did not start this server
-  CHECK(service.Mount(&context, &request, &response).error_code() ==
-        grpc::StatusCode::FAILED_PRECONDITION);
+  const auto refused = service.Mount(&context, &request, &response);
+  CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  // The caller must learn the fence it counts on is not there, not that it is stale.
+  CHECK_MESSAGE(refused.error_message().find("request carries epoch 2") != std::string::npos,
+                refused.error_message());
+  CHECK_MESSAGE(refused.error_message().find("unfenced (epoch 0") != std::string::npos,
+                refused.error_message());
+
+  v1::UnmountRequest unmount;
+  v1::UnmountResponse unmounted;
+  unmount.set_epoch(7);
+  const auto withdrawn = service.Unmount(&context, &unmount, &unmounted);
+  CHECK(withdrawn.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(withdrawn.error_message().find("epoch 7") != std::string::npos);
+  CHECK(unmounts == 0);  // refused before anything was withdrawn
+  unmount.set_epoch(0);
+  CHECK(service.Unmount(&context, &unmount, &unmounted).ok());
+  CHECK(unmounts == 1);
 }
 
 TEST_CASE("mutations beyond the cap are refused with RESOURCE_EXHAUSTED, the slot comes back") {
