@@ -10,6 +10,7 @@
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/open_file_limit.h"
 #include "base/tls.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/unix_socket.h"
@@ -445,6 +446,13 @@ int RunDaemon(const DaemonConfig& config) {
   supervisor::BlockSupervisedSignals();
   supervisor::BecomeSubreaper();
   signal(SIGPIPE, SIG_IGN);
+  // Every connection and every NFS probe costs a descriptor: take all the
+  // kernel allows, so a flood of connections runs into it later.
+  if (auto limit = base::RaiseOpenFileLimit(); limit.ok()) {
+    spdlog::info("open file limit: {} (RLIMIT_NOFILE, soft raised to hard)", limit->soft);
+  } else {
+    spdlog::warn("open file limit unchanged: {}", limit.status().message());
+  }
   auto daemon = std::make_unique<Daemon>(config);
   const int code = daemon->Run();
   if (daemon->stuck()) {

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/files.h"
 #include "longhorn/smrpc.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/require_ok.h"
@@ -159,6 +162,16 @@ TEST_CASE(
   const auto status = d->Stub()->Mount(&context, mount, &mounted);
   CHECK_MESSAGE(status.ok(), status.error_message());
   CHECK(d->WriteEventually("/after-flood.txt", "still serving").ok());
+}
+
+TEST_CASE("the daemon raises its open-file soft limit to the hard one, and logs it") {
+  auto d = DaemonProcess::Start({.wrapper = {"prlimit", "--nofile=512:4096", "--"}});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto limits = base::ReadFile(absl::StrCat("/proc/", (*d)->pid(), "/limits"));
+  REQUIRE(limits.ok());
+  CHECK_MESSAGE(absl::StrContains(*limits, "Max open files            4096                 4096"),
+                *limits);
+  CHECK(absl::StrContains((*d)->output(), "open file limit: 4096"));
 }
 
 TEST_CASE("a request larger than the message cap is refused, the share-manager serves on") {

@@ -2,10 +2,12 @@
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 
 #include "base/unique_fd.h"
@@ -185,6 +187,35 @@ TEST_CASE("ProbeNfsNull gives up at its deadline when the peer accepts but never
   CHECK(took >= milliseconds(190));
   // Generous bound: only proves the probe is bounded, not how fast this machine is.
   CHECK(took < milliseconds(2000));
+}
+
+TEST_CASE(
+    "out of file descriptors here, the probes say so (ResourceExhausted), not that the server "
+    "failed") {
+  FakeRpcServer server(FakeRpcServer::Mode::kAnswer);
+  // ctest runs each case in a process of its own: the lowered limit and the
+  // descriptors used up touch nothing else, and are given back below.
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = 128;
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<base::UniqueFd> filler;
+  for (;;) {
+    base::UniqueFd fd(dup(STDERR_FILENO));
+    if (!fd) break;
+    filler.push_back(std::move(fd));
+  }
+  REQUIRE(errno == EMFILE);
+  const auto null = ProbeNfsNull("127.0.0.1", server.port(), milliseconds(1000));
+  const auto lookup = ProbeNfsExport("127.0.0.1", server.port(), "pvc", milliseconds(1000));
+  filler.clear();
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK(null.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(null.message()).find("Too many open files") != std::string::npos);
+  CHECK(lookup.code() == absl::StatusCode::kResourceExhausted);
+  // With descriptors back, the same server answers.
+  CHECK(ProbeNfsNull("127.0.0.1", server.port(), milliseconds(1000)).ok());
 }
 
 TEST_CASE("ProbeNfsNull refuses a host that is not an IP literal") {
