@@ -2,13 +2,14 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace base {
 
 LogLimiter::LogLimiter(Duration period, const TimeSource& clock) : period_(period), clock_(clock) {}
 
-const TimeSource& LogLimiter::SteadyClock() {
-  static const SteadyTimeSource clock;
-  return clock;
+std::string LogLimiter::HeldBack(uint64_t count) {
+  return count > 0 ? absl::StrCat(" (", count, " more since the last report)") : "";
 }
 
 std::optional<uint64_t> LogLimiter::Admit() {

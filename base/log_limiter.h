@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -22,9 +23,11 @@ class LogLimiter {
   // were held back since the last one logged.
   std::optional<uint64_t> Admit() ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
-  static const TimeSource& SteadyClock();
+  // What to append to the line Admit let through: " (N more since the last
+  // report)", or nothing when none was held back.
+  static std::string HeldBack(uint64_t count);
 
+ private:
   const Duration period_;
   const TimeSource& clock_;
   absl::Mutex mu_;

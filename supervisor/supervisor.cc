@@ -283,9 +283,8 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
   probe_short_ = result.code() == absl::StatusCode::kResourceExhausted;
   if (probe_short_) {
     if (auto held_back = probe_short_log_.Admit()) {
-      spdlog::warn(
-          "NFS NULL probe could not run, not counted as a miss: {}{}", result.message(),
-          *held_back > 0 ? absl::StrCat(" (", *held_back, " more since the last report)") : "");
+      spdlog::warn("NFS NULL probe could not run, not counted as a miss: {}{}", result.message(),
+                   base::LogLimiter::HeldBack(*held_back));
     }
     return;
   }

@@ -29,6 +29,8 @@ TEST_CASE("a rate-limited log: the first at once, then one per period with the c
   CHECK(limiter.Admit() == 1u);
   clock.now += std::chrono::hours(1);  // quiet for long: the next is logged, none held back
   CHECK(limiter.Admit() == 0u);
+  CHECK(LogLimiter::HeldBack(0).empty());
+  CHECK(LogLimiter::HeldBack(5) == " (5 more since the last report)");
 }
 
 }  // namespace base
