@@ -1,6 +1,6 @@
 #include "sharemgr/daemon.h"
 
-#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
@@ -27,10 +27,16 @@ constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 constexpr int kMaxMessageBytes = 64 * 1024;
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kThreadsForQuickCalls = 16;
-// The health port answers probes only: a few threads, so a flood there
-// costs the API nothing.
+// The health port answers probes only (kubelet: one Check per connection), so
+// anything more is someone else's: a few threads, one call at a time per
+// connection, a few connections (the oldest closed for a new one), and none
+// that stays: closed after 30 s without a call, or 5 minutes whatever it does.
 constexpr int kHealthPortThreads = 4;
-constexpr int kHealthPortStreamsPerConnection = 8;
+constexpr size_t kHealthPortMaxConnections = 32;
+constexpr int kHealthPortStreamsPerConnection = 1;
+constexpr int kHealthPortIdleMs = 30'000;
+constexpr int kHealthPortMaxAgeMs = 5 * 60'000;
+constexpr int kHealthPortMaxAgeGraceMs = 10'000;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
 
@@ -263,7 +269,7 @@ absl::Status Daemon::StartGrpc() {
   std::vector<grpc::HealthCheckServiceInterface*> health = {server_->GetHealthCheckService()};
   if (!config_.health_listen.empty()) {
     if (auto status = StartHealthServer(); !status.ok()) return abandon(status);
-    health.push_back(health_server_->GetHealthCheckService());
+    health.push_back(&health_port_service_);
   }
   health_.emplace(
       std::move(health), [this] { return loop_.last_tick(); }, config_.loop_stall_limit);
@@ -271,28 +277,38 @@ absl::Status Daemon::StartGrpc() {
 }
 
 // kubelet's gRPC probes speak plaintext only: this server answers them and
-// nothing else. Its only service is gRPC's default health service; every
-// other call meets the generic service, which answers UNIMPLEMENTED (and
-// gives the server the callback queue gRPC needs to start at all).
+// nothing else. Its only service is HealthCheckOnlyService (Check; Watch is
+// refused): gRPC's default health service, which would serve Watch streams,
+// is left out, and any other call is UNIMPLEMENTED. Its connections come from
+// a CappedListener, not from a gRPC port (see capped_listener.h for why).
 absl::Status Daemon::StartHealthServer() {
+  auto listener =
+      CappedListener::Bind(config_.health_listen, {.max_connections = kHealthPortMaxConnections});
+  if (!listener.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
+                                               config_.health_listen, ": ",
+                                               listener.status().message()));
+  }
   grpc::ServerBuilder builder;
-  builder.RegisterCallbackGenericService(&health_port_rest_);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int port = 0;
-  builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
+  builder.RegisterService(&health_port_service_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kHealthPortStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kHealthPortIdleMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, kHealthPortMaxAgeMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, kHealthPortMaxAgeGraceMs);
   grpc::ResourceQuota quota("share-manager-health");
   quota.SetMaxThreads(kHealthPortThreads);
   builder.SetResourceQuota(quota);
   health_server_ = builder.BuildAndStart();
-  if (!health_server_ || port == 0) {
-    health_server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
-                                               config_.health_listen, " (address in use?)"));
+  if (!health_server_) {
+    return absl::UnavailableError("cannot start the health check server");
   }
-  spdlog::info("health checks (plaintext, grpc.health.v1 only) on {}", config_.health_listen);
+  health_listener_ = std::move(*listener);
+  health_listener_->Start(health_server_.get());
+  spdlog::info("health checks (plaintext, grpc.health.v1 Check only) on {}, at most {} connections",
+               config_.health_listen, kHealthPortMaxConnections);
   return absl::OkStatus();
 }
 
@@ -301,7 +317,8 @@ void Daemon::BeginServerStop() {
   server_stopper_ = std::thread([this] {
     board_.Close();
     server_->GetHealthCheckService()->Shutdown();
-    if (health_server_) health_server_->GetHealthCheckService()->Shutdown();
+    if (health_server_) health_port_service_.Shutdown();
+    if (health_listener_) health_listener_->Stop();
     const auto drained = std::chrono::system_clock::now() + kRpcDrainTime;
     server_->Shutdown(drained);
     if (health_server_) health_server_->Shutdown(drained);

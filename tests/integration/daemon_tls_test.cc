@@ -80,6 +80,19 @@ grpc::Status Health(const std::shared_ptr<grpc::Channel>& channel, const std::st
   return status;
 }
 
+// How a health Watch stream ends (OK: it was served and ended by the deadline).
+grpc::StatusCode HealthWatchEnd(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + milliseconds(1000));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("readiness");
+  auto stream = grpc::health::v1::Health::NewStub(channel)->Watch(&context, request);
+  grpc::health::v1::HealthCheckResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish().error_code();
+}
+
 bool Eventually(const std::function<bool()>& done, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -228,6 +241,8 @@ TEST_CASE("the health port: plaintext grpc.health.v1 for kubelet, nothing else")
     CHECK(Mount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
     CHECK(Unmount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
     CHECK(GetStatus(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    // No stream anyone could hold open: Watch is for the API port's callers.
+    CHECK(HealthWatchEnd(health) == grpc::StatusCode::UNIMPLEMENTED);
     CheckStillExported(d->addr(), Security(certs.client, "share-manager"));
     // It follows the share: readiness drops with the export.
     CHECK(Unmount(Channel(d->addr(), Security(certs.client, "share-manager"))).ok());
@@ -246,6 +261,10 @@ TEST_CASE("the health port: plaintext grpc.health.v1 for kubelet, nothing else")
     CHECK(Health(health, "readiness", &serving).ok());
     CHECK(serving);
     CHECK(Mount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK(HealthWatchEnd(health) == grpc::StatusCode::UNIMPLEMENTED);
+    // The API port still serves it (the controller and the watch command use it).
+    CHECK(HealthWatchEnd(Channel((*d)->addr(), grpc::InsecureChannelCredentials())) ==
+          grpc::StatusCode::DEADLINE_EXCEEDED);
     const auto probe = RunCommand(
         {ShareManagerBinary(), "probe", "--addr", (*d)->health_addr(), "--service", "liveness"});
     CHECK_MESSAGE(probe.exit_code == 0, probe.output);
