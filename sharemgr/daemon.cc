@@ -25,6 +25,14 @@ using supervisor::State;
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 // gRPC server bounds (see StartGrpc).
 constexpr int kMaxMessageBytes = 64 * 1024;
+// An aged connection's calls get this long to finish (at most its age): a
+// Mount or Unmount ends well within it; a WatchStatus stream is cut and its
+// watcher opens another on a new connection.
+constexpr base::Duration kMaxConnectionAgeGrace{std::chrono::minutes(1)};
+// The server pings an idle peer this often and gives up on it after the
+// timeout: a controller gone without a FIN costs its connection for under a minute.
+constexpr int kKeepaliveTimeMs = 30'000;
+constexpr int kKeepaliveTimeoutMs = 10'000;
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kThreadsForQuickCalls = 16;
 // The health port answers probes only (kubelet: one Check per connection), so
@@ -202,9 +210,21 @@ absl::Status Daemon::StartGrpc() {
   grpc::ServerBuilder builder;
   // Without this a second share-manager could bind the same port and split traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Let controllers keep watch streams alive with pings every 10 s or more.
+  // Let controllers keep watch streams alive with pings every 10 s or more;
+  // the server pings idle peers too (PERMIT_WITHOUT_CALLS covers both).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  // A TLS connection is admitted once, at its handshake, with the CA of that
+  // moment: a rotated CA (the files are re-read every --tls-refresh-interval)
+  // is only used by new ones. Every connection therefore ends after
+  // max_connection_age (GOAWAY, then the grace); its client reconnects and
+  // shakes hands with what is in force now.
+  const auto age = config_.max_connection_age;
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, static_cast<int>(age.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             static_cast<int>(std::min(age, kMaxConnectionAgeGrace).count()));
   int port = 0;
   // With TLS the port speaks nothing else: the plaintext way in is the unix
   // socket (its mode guards it) and, for health only, the health port.
@@ -260,12 +280,13 @@ absl::Status Daemon::StartGrpc() {
       return abandon(status);
     }
   }
-  spdlog::info("gRPC listening on {}{}{}{}; volume {} epoch {}", config_.listen,
+  spdlog::info("gRPC listening on {}{}{}{}, connections renewed every {}; volume {} epoch {}",
+               config_.listen,
                config_.tls ? absl::StrCat(" (mutual TLS, ", config_.tls_allowed_clients.size(),
                                           " allowed client name(s))")
                            : " (plaintext)",
                config_.socket.empty() ? "" : " and unix:", config_.socket,
-               config_.ganesha.input().volume, config_.limits.epoch);
+               base::FormatDuration(age), config_.ganesha.input().volume, config_.limits.epoch);
   std::vector<grpc::HealthCheckServiceInterface*> health = {server_->GetHealthCheckService()};
   if (!config_.health_listen.empty()) {
     if (auto status = StartHealthServer(); !status.ok()) return abandon(status);

@@ -103,8 +103,11 @@ bool Eventually(const std::function<bool()>& done, milliseconds timeout) {
 }
 
 // A TLS daemon, SERVING as its plaintext health port says (what kubelet sees).
-std::unique_ptr<DaemonProcess> StartTlsDaemon(const ShareCerts& certs) {
-  auto d = DaemonProcess::Start({.extra_flags = certs.DaemonFlags(), .wait_until_serving = false});
+std::unique_ptr<DaemonProcess> StartTlsDaemon(const ShareCerts& certs,
+                                              const std::vector<std::string>& more_flags = {}) {
+  auto flags = certs.DaemonFlags();
+  flags.insert(flags.end(), more_flags.begin(), more_flags.end());
+  auto d = DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
   REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   const auto health = Channel((*d)->health_addr(), grpc::InsecureChannelCredentials());
   REQUIRE_MESSAGE(Eventually(
@@ -326,6 +329,32 @@ TEST_CASE("share-manager status/mount/unmount/probe --tls-dir against a TLS daem
                                          "--tls-dir", certs.client_dir, "--tls-server-name",
                                          "share-manager"});
   CHECK_MESSAGE(watch.WaitOutput("SERVING", milliseconds(5000)), watch.output());
+}
+
+TEST_CASE(
+    "the watch command carries on when the server ends its connection at its maximum age, "
+    "printing each status once") {
+  const ShareCerts certs;
+  auto d = StartTlsDaemon(certs, {"--max-connection-age", "1s"});  // and so a 1 s grace
+  testing_support::ProgramProcess watch({ShareManagerBinary(), "watch", "--addr", d->addr(),
+                                         "--tls-dir", certs.client_dir, "--tls-server-name",
+                                         "share-manager"});
+  REQUIRE_MESSAGE(watch.WaitOutput("exported=yes", milliseconds(5000)), watch.output());
+  // Long enough for its connection to be ended at least once.
+  CHECK_FALSE(watch.WaitExit(milliseconds(3500)).has_value());
+  CHECK(Unmount(Channel(d->addr(), Security(certs.client, "share-manager"))).ok());
+  CHECK_MESSAGE(watch.WaitOutput("exported=no", milliseconds(5000)), watch.output());
+  // A stream opened again starts with the current status: not printed twice.
+  size_t serving_lines = 0;
+  for (auto at = watch.output().find("exported=yes"); at != std::string::npos;
+       at = watch.output().find("exported=yes", at + 1)) {
+    ++serving_lines;
+  }
+  CHECK_MESSAGE(serving_lines == 1, watch.output());
+  d->Signal(SIGTERM);
+  const auto exit = watch.WaitExit(milliseconds(15'000));
+  REQUIRE_MESSAGE(exit.has_value(), watch.output());
+  CHECK(exit->ShellCode() == 0);
 }
 
 TEST_CASE("the daemon refuses half-configured TLS with exit 2 and one line, starting nothing") {
