@@ -189,8 +189,8 @@ void AddTlsFlags(CLI::App& app, TlsFlags& f, TlsRole role) {
       ->capture_default_str();
   if (server) {
     app.add_option("--tls-allowed-client", f.allowed_clients,
-                   "Client identity (its certificate's DNS SAN, else its CN) allowed to call; "
-                   "repeatable, required with TLS")
+                   "Client identity (its certificate's DNS SAN, or its CN when it has no SAN at "
+                   "all; case-insensitive) allowed to call; repeatable, required with TLS")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   } else {
     app.add_option("--tls-server-name", f.server_name,
