@@ -15,9 +15,6 @@ namespace {
 // with a GOAWAY; every 10 s on an open stream notices a member that hangs
 // behind an open connection within 10 s + call_timeout.
 constexpr int kKeepaliveMs = 10'000;
-// Keys a page of a listing; well under gRPC's 4 MiB message limit for
-// records of a few KiB.
-constexpr int64_t kListPage = 500;
 
 absl::Status CheckEndpoint(absl::string_view endpoint) {
   const auto colon = endpoint.rfind(':');
@@ -195,12 +192,12 @@ absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> EtcdClient::LeaseTimeToLiv
 }
 
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
-                                         bool keys_only) {
+                                         bool keys_only, int64_t page_size) {
   PrefixListing listing;
   etcdserverpb::RangeRequest request;
   request.set_key(prefix);
   request.set_range_end(PrefixRangeEnd(prefix));
-  request.set_limit(kListPage);
+  request.set_limit(page_size);
   request.set_keys_only(keys_only);
   while (true) {
     auto page = client.Range(request);

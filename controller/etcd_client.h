@@ -123,13 +123,14 @@ class EtcdClient {
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Every key under `prefix`, read page by page at one revision (a consistent
-// snapshot however many there are), and that revision.
+// Every key under `prefix` in key order, read `page_size` at a time at one
+// revision (a consistent snapshot however many there are), and that revision.
+// 500 a page: well under gRPC's 4 MiB message limit for records of a few KiB.
 struct PrefixListing {
   std::vector<mvccpb::KeyValue> kvs;
   int64_t revision = 0;
 };
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
-                                         bool keys_only);
+                                         bool keys_only, int64_t page_size = 500);
 
 }  // namespace controller

@@ -1,5 +1,5 @@
-// The etcd client's lease calls and streams on a real cluster, as leader
-// election and share-manager leases use them.
+// The etcd client's calls on a real cluster: listings page by page, and
+// leases as leader election and share-manager leases use them.
 #include <doctest/doctest.h>
 
 #include "controller/etcd_client.h"
@@ -59,6 +59,32 @@ TEST_CASE("etcd leases: kept alive on a stream, listed with their keys, revoked 
   get.set_key("/test-lease/holder");
   CHECK(RequireOk(client->Range(get)).kvs().empty());
   CHECK(RequireOk(client->LeaseTimeToLive(ttl)).ttl() == -1);
+}
+
+TEST_CASE("etcd: a prefix listed a page at a time holds every key under it, in order, once") {
+  testing_support::EtcdCluster cluster;
+  auto client = RequireOk(EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  // Around the prefix: keys that sort just before and just after it.
+  for (const std::string key :
+       {"/list.", "/list/a", "/list/b", "/list/c", "/list/d", "/list/e", "/list0", "/lis"}) {
+    etcdserverpb::PutRequest put;
+    put.set_key(key);
+    put.set_value("v" + key);
+    REQUIRE(client->Put(put).ok());
+  }
+  for (const int64_t page_size : {2, 1, 5, 500}) {
+    CAPTURE(page_size);
+    const auto listing = RequireOk(ListPrefix(*client, "/list/", /*keys_only=*/false, page_size));
+    std::vector<std::string> keys;
+    for (const auto& kv : listing.kvs) {
+      keys.push_back(kv.key());
+      CHECK(kv.value() == "v" + kv.key());
+    }
+    CHECK(keys == std::vector<std::string>{"/list/a", "/list/b", "/list/c", "/list/d", "/list/e"});
+    etcdserverpb::RangeRequest any;
+    any.set_key("any");
+    CHECK(listing.revision == RequireOk(client->Range(any)).header().revision());
+  }
 }
 
 }  // namespace controller
