@@ -5,6 +5,10 @@
 #include "sharemgr/capped_listener.h"
 
 #include <doctest/doctest.h>
+
+#ifndef SHAREMGR_SANITIZED_BUILD
+#define SHAREMGR_SANITIZED_BUILD false
+#endif
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -161,7 +165,10 @@ TEST_CASE("the health port's listener: a connection ended by either side gives i
   CHECK(s.listener().counts().evicted == 0);
 }
 
-TEST_CASE("the health port's listener: out of descriptors it keeps the port and accepts later") {
+// UBSan's first vptr check of an object needs a descriptor (a pipe): with none
+// left it reports a false "invalid vptr", so the sanitizer build skips this one.
+TEST_CASE("the health port's listener: out of descriptors it keeps the port and accepts later" *
+          doctest::skip(SHAREMGR_SANITIZED_BUILD)) {
   Served s({.max_connections = 4, .shortage_retry = milliseconds(20)});
   REQUIRE(s.Check());
   // Sockets made now, connected once descriptors have run out: their
