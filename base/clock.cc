@@ -10,6 +10,11 @@
 
 namespace base {
 
+const TimeSource& SteadyClock() {
+  static const SteadyTimeSource clock;
+  return clock;
+}
+
 std::string FormatDuration(Duration d) {
   const auto ms = d.count();
   if (ms < 1000) return fmt::format("{}ms", ms);

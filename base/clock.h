@@ -24,6 +24,10 @@ class SteadyTimeSource final : public TimeSource {
   TimePoint Now() const override { return Clock::now(); }
 };
 
+// One SteadyTimeSource for the whole process, for what takes a clock only so
+// that tests can drive it.
+const TimeSource& SteadyClock();
+
 // Formats a duration for logs and errors, e.g. "250ms", "3.5s", "10m0s".
 std::string FormatDuration(Duration d);
 

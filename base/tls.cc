@@ -9,15 +9,19 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <string_view>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/clock.h"
 #include "base/files.h"
+#include "base/log_limiter.h"
 
 namespace base {
 namespace {
@@ -30,6 +34,7 @@ using BioPtr = std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>>;
 using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509, X509_free>>;
 using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY, EVP_PKEY_free>>;
 
+// Reads `pem` in place: it must outlive the BIO.
 BioPtr MemoryBio(const std::string& pem) {
   return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
@@ -77,11 +82,55 @@ absl::Status CheckFiles(const TlsFiles& files, const std::string& cert_flag,
   return absl::OkStatus();
 }
 
+// DNS names compare case-insensitively (RFC 4343): both sides are lowercased.
+std::string DnsName(std::string_view name) { return absl::AsciiStrToLower(std::string(name)); }
+
+std::vector<std::string> DnsNames(const std::vector<std::string>& names) {
+  std::vector<std::string> lower;
+  for (const auto& name : names) lower.push_back(DnsName(name));
+  return lower;
+}
+
+// The DNS names of a subjectAltName extension (none when it cannot be read).
+std::vector<std::string> DnsSans(X509* cert) {
+  std::vector<std::string> names;
+  auto* sans =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (sans == nullptr) return names;
+  for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+    const GENERAL_NAME* san = sk_GENERAL_NAME_value(sans, i);
+    if (san->type != GEN_DNS) continue;
+    const std::string_view name(
+        reinterpret_cast<const char*>(ASN1_STRING_get0_data(san->d.dNSName)),
+        static_cast<size_t>(ASN1_STRING_length(san->d.dNSName)));
+    if (name.find('\0') == std::string_view::npos) names.push_back(DnsName(name));
+  }
+  GENERAL_NAMES_free(sans);
+  return names;
+}
+
+std::vector<std::string> CommonNames(X509* cert) {
+  std::vector<std::string> names;
+  const X509_NAME* subject = X509_get_subject_name(cert);
+  for (int i = X509_NAME_get_index_by_NID(subject, NID_commonName, -1); i >= 0;
+       i = X509_NAME_get_index_by_NID(subject, NID_commonName, i)) {
+    unsigned char* utf8 = nullptr;
+    const int len =
+        ASN1_STRING_to_UTF8(&utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, i)));
+    if (len < 0) continue;
+    const std::string_view name(reinterpret_cast<const char*>(utf8), static_cast<size_t>(len));
+    if (name.find('\0') == std::string_view::npos) names.push_back(DnsName(name));
+    OPENSSL_free(utf8);
+  }
+  return names;
+}
+
 // Every call on the TLS port passes here before any handler: one place no
 // new service can bypass.
 class AllowedClients final : public grpc::AuthMetadataProcessor {
  public:
-  explicit AllowedClients(std::vector<std::string> allowed) : allowed_(std::move(allowed)) {}
+  explicit AllowedClients(const std::vector<std::string>& allowed)
+      : allowed_(DnsNames(allowed)), refusal_log_(kRefusalLogPeriod) {}
 
   // Reads the connection's auth context only: no need for gRPC's thread hop.
   bool IsBlocking() const override { return false; }
@@ -94,16 +143,24 @@ class AllowedClients final : public grpc::AuthMetadataProcessor {
         return grpc::Status::OK;
       }
     }
-    const std::string who = names.empty()
-                                ? "a client certificate without DNS SAN or CN"
-                                : absl::StrCat("client '", absl::StrJoin(names, "', '"), "'");
-    spdlog::warn("refused a call from {}: not in --tls-allowed-client", who);
+    const std::string who =
+        names.empty() ? "a client certificate naming no client (no DNS SAN, and a CN only "
+                        "counts without any SAN)"
+                      : absl::StrCat("client '", absl::StrJoin(names, "', '"), "'");
+    // Whoever holds a certificate of the CA may call as often as it likes:
+    // its refusals must not flood the log.
+    if (auto held_back = refusal_log_.Admit()) {
+      spdlog::warn("refused a call from {}: not in --tls-allowed-client{}", who,
+                   LogLimiter::HeldBack(*held_back));
+    }
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat(who, " is not allowed (--tls-allowed-client)"));
   }
 
  private:
-  const std::vector<std::string> allowed_;
+  static constexpr Duration kRefusalLogPeriod{30'000};
+  const std::vector<std::string> allowed_;  // lowercased
+  LogLimiter refusal_log_;
 };
 
 std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> Watcher(const TlsFiles& files) {
@@ -132,8 +189,8 @@ void AddTlsFlags(CLI::App& app, TlsFlags& f, TlsRole role) {
       ->capture_default_str();
   if (server) {
     app.add_option("--tls-allowed-client", f.allowed_clients,
-                   "Client identity (its certificate's DNS SAN, else its CN) allowed to call; "
-                   "repeatable, required with TLS")
+                   "Client identity (its certificate's DNS SAN, or its CN when it has no SAN at "
+                   "all; case-insensitive) allowed to call; repeatable, required with TLS")
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   } else {
     app.add_option("--tls-server-name", f.server_name,
@@ -188,15 +245,16 @@ absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& f) {
 }
 
 std::vector<std::string> PeerIdentities(const grpc::AuthContext& context) {
-  std::vector<std::string> names;
-  for (const auto& dns : context.FindPropertyValues(GRPC_PEER_DNS_PROPERTY_NAME)) {
-    names.emplace_back(dns.data(), dns.size());
-  }
-  if (!names.empty()) return names;
-  for (const auto& cn : context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
-    names.emplace_back(cn.data(), cn.size());
-  }
-  return names;
+  const auto pems = context.FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pems.size() != 1) return {};
+  const std::string pem(pems[0].data(), pems[0].size());
+  auto bio = MemoryBio(pem);
+  X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) return {};
+  // A certificate with any subjectAltName is named by its SANs alone
+  // (RFC 6125 6.4.4): an IP or URI SAN beside a CN does not make the CN count.
+  if (X509_get_ext_by_NID(cert.get(), NID_subject_alt_name, -1) >= 0) return DnsSans(cert.get());
+  return CommonNames(cert.get());
 }
 
 std::shared_ptr<grpc::ServerCredentials> TlsServerCredentials(

@@ -49,13 +49,18 @@ struct TlsFiles {
 // certificate's.
 absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& flags);
 
-// Who the peer is: its certificate's DNS subject alternative names, or its
-// common name when it has none (IP, URI and e-mail SANs name no client).
+// Who the peer is, read from its certificate itself (the auth context's
+// x509_pem_cert; none without it): its DNS subject alternative names, or its
+// common name only when the certificate has no subjectAltName extension at
+// all (IP, URI and e-mail SANs name no client, and do not let the CN in).
+// Lowercased: DNS names compare case-insensitively (RFC 4343).
 std::vector<std::string> PeerIdentities(const grpc::AuthContext& context);
 
 // The server side: TLS only, a client certificate required and verified
 // against `files.ca`, and every call on it refused (PERMISSION_DENIED, before
-// any handler runs) unless PeerIdentities names one of `allowed_clients`.
+// any handler runs) unless PeerIdentities names one of `allowed_clients`
+// (case-insensitively). Refusals are logged at most once per 30 s, with the
+// count of those held back.
 std::shared_ptr<grpc::ServerCredentials> TlsServerCredentials(
     const TlsFiles& files, const std::vector<std::string>& allowed_clients);
 

@@ -1,12 +1,13 @@
 // share-controller: runs the controller on one machine with a MemoryStore
-// (optionally persisted) and LocalPodRuntime, for shares given by flags or a
-// file, and prints each share's phase as it changes. One share-controller per
-// store file and per work dir: each is flocked for the process's lifetime.
+// (optionally persisted) or an EtcdStore, and LocalPodRuntime, for shares
+// given by flags or a file, and prints each share's phase as it changes. One
+// share-controller per store file and per work dir: each is flocked for the
+// process's lifetime (and, until leader election, one per etcd prefix).
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM; 1 failed to start or run, or
-// another share-controller holds the store file or the work dir; 2 bad flags,
-// or a file they name cannot be used (an unreadable store is never started
-// empty).
+// another share-controller holds the store file or the work dir, or etcd
+// cannot be reached; 2 bad flags, or a file they name cannot be used (an
+// unreadable store is never started empty).
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
@@ -28,6 +30,7 @@
 #include "base/tls.h"
 #include "base/validate.h"
 #include "controller/controller.h"
+#include "controller/etcd_store.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
@@ -68,7 +71,8 @@ int main(int argc, char** argv) {
       "served: one active pod per volume (fenced by epochs), replaced when it dies or hangs,\n"
       "remounted once per read-only event. Prints every share's phase as it changes.\n"
       "Exit codes: 0 stopped by a signal; 1 failed, or another share-controller holds the\n"
-      "store file or work dir; 2 bad flags or an unusable file (an unreadable store)."};
+      "store file or work dir, or etcd cannot be reached; 2 bad flags or an unusable file\n"
+      "(an unreadable store)."};
   std::vector<std::string> shares;
   std::string shares_file, store_file, work_dir = "/var/lib/share-controller";
   std::string binary = SiblingBinary(argv[0], "share-manager");
@@ -86,6 +90,25 @@ int main(int argc, char** argv) {
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
                  "Persist share records here (JSON lines) so a restart resumes");
+  std::string store_url, etcd_timeout = "5s";
+  app.add_option("--store", store_url,
+                 "Keep share records in etcd (v3 API, tried in order) under PREFIX/shares/: "
+                 "etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Instead of --store-file; one "
+                 "share-controller per prefix");
+  app.add_option("--etcd-timeout", etcd_timeout, "Deadline of every etcd call")
+      ->capture_default_str();
+  // The client side of base's TLS flags under other names: etcd's CA and
+  // certificates are not the share-managers'.
+  base::TlsFlags etcd_tls;
+  app.add_option("--etcd-cert", etcd_tls.cert,
+                 "PEM client certificate presented to etcd (with --etcd-key, --etcd-ca: mTLS)");
+  app.add_option("--etcd-key", etcd_tls.key, "PEM private key of --etcd-cert");
+  app.add_option("--etcd-ca", etcd_tls.ca, "PEM CA certificate(s) etcd's certificate chains to");
+  app.add_option("--etcd-dir", etcd_tls.dir,
+                 "Directory in a Kubernetes TLS Secret's layout: tls.crt, tls.key, ca.crt (instead "
+                 "of --etcd-cert/--etcd-key/--etcd-ca)");
+  app.add_option("--etcd-server-name", etcd_tls.server_name,
+                 "Name etcd's certificate must carry (DNS SAN); default: each endpoint's host");
   app.add_option("--work-dir", work_dir, "Volumes' export/state dirs and pod logs")
       ->capture_default_str();
   app.add_option("--share-manager-binary", binary, "share-manager executable")
@@ -153,6 +176,24 @@ int main(int argc, char** argv) {
     std::cerr << "share-controller: " << v.message() << "\n";
     return 2;
   }
+  std::optional<controller::EtcdUrl> etcd_url;
+  if (!store_url.empty()) {
+    auto parsed = controller::ParseEtcdUrl(store_url);
+    if (!parsed.ok()) {
+      std::cerr << "share-controller: --store: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    if (!store_file.empty()) {
+      std::cerr << "share-controller: --store and --store-file: give one or the other\n";
+      return 2;
+    }
+    etcd_url = *std::move(parsed);
+  } else if (!etcd_tls.cert.empty() || !etcd_tls.key.empty() || !etcd_tls.ca.empty() ||
+             !etcd_tls.dir.empty() || !etcd_tls.server_name.empty()) {
+    std::cerr << "share-controller: the --etcd-* TLS flags need --store etcd://...\n";
+    return 2;
+  }
+  const auto etcd_call_timeout = std::chrono::milliseconds(ParseMs("--etcd-timeout", etcd_timeout));
   // Checked here too (not only by the runtime): a bad range is a bad flag, and
   // found before anything is written.
   auto ports = base::ParsePortRange(port_range);
@@ -175,6 +216,14 @@ int main(int argc, char** argv) {
   auto security = base::ResolveClientSecurity(tls);
   if (!security.ok()) {
     std::cerr << "share-controller: " << security.status().message() << "\n";
+    return 2;
+  }
+  auto etcd_security = base::ResolveClientSecurity(etcd_tls);
+  if (!etcd_security.ok()) {
+    // base names its own flags (--tls-cert, ...): these are --etcd-cert, ...
+    std::cerr << "share-controller: "
+              << absl::StrReplaceAll(etcd_security.status().message(), {{"--tls-", "--etcd-"}})
+              << "\n";
     return 2;
   }
 
@@ -204,8 +253,19 @@ int main(int argc, char** argv) {
     absl::Mutex mu;
     std::map<std::string, std::string> last_line ABSL_GUARDED_BY(mu);
   } printed;
-  std::unique_ptr<controller::MemoryStore> store;
-  if (store_file.empty()) {
+  std::unique_ptr<controller::Store> store;
+  if (etcd_url) {
+    auto client = controller::EtcdClient::Create({.endpoints = etcd_url->endpoints,
+                                                  .call_timeout = etcd_call_timeout,
+                                                  .security = *etcd_security});
+    auto opened = client.ok() ? controller::EtcdStore::Open(*std::move(client), etcd_url->prefix)
+                              : client.status();
+    if (!opened.ok()) {
+      std::cerr << "share-controller: --store: " << opened.status().message() << "\n";
+      return 1;
+    }
+    store = *std::move(opened);
+  } else if (store_file.empty()) {
     store = std::make_unique<controller::MemoryStore>();
   } else {
     auto opened = controller::MemoryStore::OpenFile(store_file);

@@ -1,11 +1,9 @@
 #include "controller/memory_store.h"
 
-#include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/message_differencer.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/files.h"
+#include "controller/share_records.h"
 
 namespace controller {
 
@@ -27,13 +25,12 @@ absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::OpenFile(const std::st
   for (const std::string& line : lines) {
     ++line_no;
     if (line.empty()) continue;
-    ShareRecord record;
-    const auto parsed = google::protobuf::util::JsonStringToMessage(line, &record);
-    if (!parsed.ok()) {
-      return absl::DataLossError(absl::StrCat(path, ":", line_no, ": ", parsed.ToString()));
+    auto record = RecordFromJson(line);
+    if (!record.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ":", line_no, ": ", record.status().message()));
     }
-    store->version_ = std::max(store->version_, record.resource_version());
-    store->records_[record.name()] = std::move(record);
+    store->version_ = std::max(store->version_, record->resource_version());
+    store->records_[record->name()] = *std::move(record);
   }
   return store;
 }
@@ -42,11 +39,9 @@ absl::Status MemoryStore::PersistLocked() const {
   if (path_.empty()) return absl::OkStatus();
   std::string content;
   for (const auto& [name, record] : records_) {
-    std::string json;
-    if (auto s = google::protobuf::util::MessageToJsonString(record, &json); !s.ok()) {
-      return absl::InternalError(absl::StrCat("cannot encode share ", name, ": ", s.ToString()));
-    }
-    absl::StrAppend(&content, json, "\n");
+    auto json = RecordToJson(record);
+    if (!json.ok()) return json.status();
+    absl::StrAppend(&content, *json, "\n");
   }
   // fsynced and renamed: after a crash the file holds the last acknowledged
   // write or the one before, never a torn mix (an epoch must never go back).
@@ -58,7 +53,7 @@ absl::Status MemoryStore::PersistLocked() const {
 absl::StatusOr<ShareRecord> MemoryStore::Get(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = records_.find(name);
-  if (it == records_.end()) return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
+  if (it == records_.end()) return ShareNotFound(name);
   return it->second;
 }
 
@@ -73,11 +68,9 @@ absl::StatusOr<std::vector<ShareRecord>> MemoryStore::List() {
 absl::StatusOr<ShareRecord> MemoryStore::Create(ShareRecord record) {
   {
     absl::MutexLock lock(&mu_);
-    if (records_.contains(record.name())) {
-      return absl::AlreadyExistsError(absl::StrCat("share ", record.name(), " exists"));
-    }
+    if (records_.contains(record.name())) return ShareExists(record.name());
+    record = CreatedRecord(std::move(record));
     record.set_resource_version(++version_);
-    record.set_spec_generation(1);
     records_[record.name()] = record;
     if (auto s = PersistLocked(); !s.ok()) {
       records_.erase(record.name());
@@ -93,19 +86,10 @@ absl::StatusOr<ShareRecord> MemoryStore::Update(const ShareRecord& record) {
   {
     absl::MutexLock lock(&mu_);
     auto it = records_.find(record.name());
-    if (it == records_.end()) {
-      return absl::NotFoundError(absl::StrCat("share ", record.name(), " not found"));
-    }
-    if (it->second.resource_version() != record.resource_version()) {
-      return absl::AbortedError(absl::StrCat("conflict: share ", record.name(), " is at version ",
-                                             it->second.resource_version(), ", write carried ",
-                                             record.resource_version()));
-    }
-    stored = record;
+    if (it == records_.end()) return ShareNotFound(record.name());
+    if (auto s = CheckVersion(it->second, record); !s.ok()) return s;
+    stored = UpdatedRecord(it->second, record);
     stored.set_resource_version(++version_);
-    const bool spec_changed =
-        !google::protobuf::util::MessageDifferencer::Equals(it->second.spec(), record.spec());
-    stored.set_spec_generation(it->second.spec_generation() + (spec_changed ? 1 : 0));
     ShareRecord previous = std::exchange(it->second, stored);
     if (auto s = PersistLocked(); !s.ok()) {
       it->second = std::move(previous);
@@ -120,8 +104,7 @@ absl::Status MemoryStore::Delete(const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
     auto it = records_.find(name);
-    if (it == records_.end())
-      return absl::NotFoundError(absl::StrCat("share ", name, " not found"));
+    if (it == records_.end()) return ShareNotFound(name);
     ShareRecord previous = std::move(it->second);
     records_.erase(it);
     if (auto s = PersistLocked(); !s.ok()) {

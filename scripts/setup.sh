@@ -20,6 +20,8 @@ packages=(
   libclang-rt-14-dev
   # the container image and its tests (tests/container): no Docker daemon needed
   buildah podman debootstrap
+  # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
+  etcd-server etcd-client
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -171,6 +172,32 @@ class Client {
 
   int Watch() {
     auto stub = v1::ShareManager::NewStub(channel_);
+    std::optional<v1::ShareStatus> printed;  // the last status printed
+    for (;;) {
+      bool answered = false;
+      const auto rpc = WatchOnce(*stub, printed, answered);
+      if (!answered) {
+        return FailureCode(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
+                                    : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                                   "no status within --timeout"),
+                           *channel_, "WatchStatus", hint_);
+      }
+      // The server ends every connection after its maximum age (a TLS port
+      // re-admits its clients so): the stream is opened again on a new one. A
+      // server that is gone does not answer that one within --timeout.
+      if (rpc.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
+      if (!rpc.ok() && rpc.error_code() != grpc::StatusCode::CANCELLED) {
+        return FailureCode(rpc, *channel_, "WatchStatus", hint_);
+      }
+      std::cerr << "share-manager: the status stream ended (server stopping)\n";
+      return kClientOk;
+    }
+  }
+
+  // One WatchStatus stream: prints each status not printed yet (a stream
+  // opened again starts with the current one); `answered` once one came.
+  grpc::Status WatchOnce(v1::ShareManager::Stub& stub, std::optional<v1::ShareStatus>& printed,
+                         bool& answered) {
     grpc::ClientContext context;
     context.set_wait_for_ready(false);
     // The first message must arrive within --timeout; after that the stream
@@ -182,41 +209,34 @@ class Client {
     } progress;
     std::thread guard([&] {
       absl::MutexLock lock(&progress.mu);
-      auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress.mu) {
+      auto first_or_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(progress.mu) {
         return progress.done || progress.first;
       };
-      if (!progress.mu.AwaitWithTimeout(absl::Condition(&answered), absl::FromChrono(timeout_))) {
+      if (!progress.mu.AwaitWithTimeout(absl::Condition(&first_or_done),
+                                        absl::FromChrono(timeout_))) {
         context.TryCancel();
       }
     });
-    auto reader = stub->WatchStatus(&context, v1::WatchStatusRequest());
+    auto reader = stub.WatchStatus(&context, v1::WatchStatusRequest());
     v1::ShareStatus status;
-    bool first = false;
     while (reader->Read(&status)) {
-      if (!first) {
-        first = true;
+      if (!answered) {
+        answered = true;
         absl::MutexLock lock(&progress.mu);
         progress.first = true;
       }
+      const bool seen = printed && printed->started_unix_ms() == status.started_unix_ms() &&
+                        printed->version() >= status.version();
+      if (seen) continue;
       std::cout << (flags_.json ? ToJson(status) : OneLine(status)) << std::endl;
+      printed = status;
     }
     {
       absl::MutexLock lock(&progress.mu);
       progress.done = true;
     }
     guard.join();
-    const auto rpc = reader->Finish();
-    if (!first) {
-      return FailureCode(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
-                                  : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                                 "no status within --timeout"),
-                         *channel_, "WatchStatus", hint_);
-    }
-    if (!rpc.ok() && rpc.error_code() != grpc::StatusCode::CANCELLED) {
-      return FailureCode(rpc, *channel_, "WatchStatus", hint_);
-    }
-    std::cerr << "share-manager: the status stream ended (server stopping)\n";
-    return kClientOk;
+    return reader->Finish();
   }
 
   int Mount() {

@@ -1,6 +1,6 @@
 #include "sharemgr/daemon.h"
 
-#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <signal.h>
@@ -10,6 +10,7 @@
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/open_file_limit.h"
 #include "base/tls.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/unix_socket.h"
@@ -24,12 +25,26 @@ using supervisor::State;
 constexpr auto kRpcDrainTime = std::chrono::seconds(1);
 // gRPC server bounds (see StartGrpc).
 constexpr int kMaxMessageBytes = 64 * 1024;
+// An aged connection's calls get this long to finish (at most its age): a
+// Mount or Unmount ends well within it; a WatchStatus stream is cut and its
+// watcher opens another on a new connection.
+constexpr base::Duration kMaxConnectionAgeGrace{std::chrono::minutes(1)};
+// The server pings an idle peer this often and gives up on it after the
+// timeout: a controller gone without a FIN costs its connection for under a minute.
+constexpr int kKeepaliveTimeMs = 30'000;
+constexpr int kKeepaliveTimeoutMs = 10'000;
 constexpr int kMaxStreamsPerConnection = 128;
 constexpr int kThreadsForQuickCalls = 16;
-// The health port answers probes only: a few threads, so a flood there
-// costs the API nothing.
+// The health port answers probes only (kubelet: one Check per connection), so
+// anything more is someone else's: a few threads, one call at a time per
+// connection, a few connections (the oldest closed for a new one), and none
+// that stays: closed after 30 s without a call, or 5 minutes whatever it does.
 constexpr int kHealthPortThreads = 4;
-constexpr int kHealthPortStreamsPerConnection = 8;
+constexpr size_t kHealthPortMaxConnections = 32;
+constexpr int kHealthPortStreamsPerConnection = 1;
+constexpr int kHealthPortIdleMs = 30'000;
+constexpr int kHealthPortMaxAgeMs = 5 * 60'000;
+constexpr int kHealthPortMaxAgeGraceMs = 10'000;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
 
@@ -195,9 +210,21 @@ absl::Status Daemon::StartGrpc() {
   grpc::ServerBuilder builder;
   // Without this a second share-manager could bind the same port and split traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Let controllers keep watch streams alive with pings every 10 s or more.
+  // Let controllers keep watch streams alive with pings every 10 s or more;
+  // the server pings idle peers too (PERMIT_WITHOUT_CALLS covers both).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  // A TLS connection is admitted once, at its handshake, with the CA of that
+  // moment: a rotated CA (the files are re-read every --tls-refresh-interval)
+  // is only used by new ones. Every connection therefore ends after
+  // max_connection_age (GOAWAY, then the grace); its client reconnects and
+  // shakes hands with what is in force now.
+  const auto age = config_.max_connection_age;
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, static_cast<int>(age.count()));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             static_cast<int>(std::min(age, kMaxConnectionAgeGrace).count()));
   int port = 0;
   // With TLS the port speaks nothing else: the plaintext way in is the unix
   // socket (its mode guards it) and, for health only, the health port.
@@ -253,16 +280,17 @@ absl::Status Daemon::StartGrpc() {
       return abandon(status);
     }
   }
-  spdlog::info("gRPC listening on {}{}{}{}; volume {} epoch {}", config_.listen,
+  spdlog::info("gRPC listening on {}{}{}{}, connections renewed every {}; volume {} epoch {}",
+               config_.listen,
                config_.tls ? absl::StrCat(" (mutual TLS, ", config_.tls_allowed_clients.size(),
                                           " allowed client name(s))")
                            : " (plaintext)",
                config_.socket.empty() ? "" : " and unix:", config_.socket,
-               config_.ganesha.input().volume, config_.limits.epoch);
+               base::FormatDuration(age), config_.ganesha.input().volume, config_.limits.epoch);
   std::vector<grpc::HealthCheckServiceInterface*> health = {server_->GetHealthCheckService()};
   if (!config_.health_listen.empty()) {
     if (auto status = StartHealthServer(); !status.ok()) return abandon(status);
-    health.push_back(health_server_->GetHealthCheckService());
+    health.push_back(&health_port_service_);
   }
   health_.emplace(
       std::move(health), [this] { return loop_.last_tick(); }, config_.loop_stall_limit);
@@ -270,28 +298,38 @@ absl::Status Daemon::StartGrpc() {
 }
 
 // kubelet's gRPC probes speak plaintext only: this server answers them and
-// nothing else. Its only service is gRPC's default health service; every
-// other call meets the generic service, which answers UNIMPLEMENTED (and
-// gives the server the callback queue gRPC needs to start at all).
+// nothing else. Its only service is HealthCheckOnlyService (Check; Watch is
+// refused): gRPC's default health service, which would serve Watch streams,
+// is left out, and any other call is UNIMPLEMENTED. Its connections come from
+// a CappedListener, not from a gRPC port (see capped_listener.h for why).
 absl::Status Daemon::StartHealthServer() {
+  auto listener =
+      CappedListener::Bind(config_.health_listen, {.max_connections = kHealthPortMaxConnections});
+  if (!listener.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
+                                               config_.health_listen, ": ",
+                                               listener.status().message()));
+  }
   grpc::ServerBuilder builder;
-  builder.RegisterCallbackGenericService(&health_port_rest_);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int port = 0;
-  builder.AddListeningPort(config_.health_listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
+  builder.RegisterService(&health_port_service_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kHealthPortStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kHealthPortIdleMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, kHealthPortMaxAgeMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, kHealthPortMaxAgeGraceMs);
   grpc::ResourceQuota quota("share-manager-health");
   quota.SetMaxThreads(kHealthPortThreads);
   builder.SetResourceQuota(quota);
   health_server_ = builder.BuildAndStart();
-  if (!health_server_ || port == 0) {
-    health_server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
-                                               config_.health_listen, " (address in use?)"));
+  if (!health_server_) {
+    return absl::UnavailableError("cannot start the health check server");
   }
-  spdlog::info("health checks (plaintext, grpc.health.v1 only) on {}", config_.health_listen);
+  health_listener_ = std::move(*listener);
+  health_listener_->Start(health_server_.get());
+  spdlog::info("health checks (plaintext, grpc.health.v1 Check only) on {}, at most {} connections",
+               config_.health_listen, kHealthPortMaxConnections);
   return absl::OkStatus();
 }
 
@@ -300,7 +338,8 @@ void Daemon::BeginServerStop() {
   server_stopper_ = std::thread([this] {
     board_.Close();
     server_->GetHealthCheckService()->Shutdown();
-    if (health_server_) health_server_->GetHealthCheckService()->Shutdown();
+    if (health_server_) health_port_service_.Shutdown();
+    if (health_listener_) health_listener_->Stop();
     const auto drained = std::chrono::system_clock::now() + kRpcDrainTime;
     server_->Shutdown(drained);
     if (health_server_) health_server_->Shutdown(drained);
@@ -445,6 +484,13 @@ int RunDaemon(const DaemonConfig& config) {
   supervisor::BlockSupervisedSignals();
   supervisor::BecomeSubreaper();
   signal(SIGPIPE, SIG_IGN);
+  // Every connection and every NFS probe costs a descriptor: take all the
+  // kernel allows, so a flood of connections runs into it later.
+  if (auto limit = base::RaiseOpenFileLimit(); limit.ok()) {
+    spdlog::info("open file limit: {} (RLIMIT_NOFILE, soft raised to hard)", limit->soft);
+  } else {
+    spdlog::warn("open file limit unchanged: {}", limit.status().message());
+  }
   auto daemon = std::make_unique<Daemon>(config);
   const int code = daemon->Run();
   if (daemon->stuck()) {

@@ -5,7 +5,6 @@
 // pointing at something gone.
 #pragma once
 
-#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -13,8 +12,10 @@
 #include <optional>
 #include <thread>
 
+#include "sharemgr/capped_listener.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/export_probe.h"
+#include "sharemgr/health_check_only_service.h"
 #include "sharemgr/health_publisher.h"
 #include "sharemgr/longhorn_service.h"
 #include "sharemgr/share.h"
@@ -73,9 +74,11 @@ class Daemon {
   ShareService service_;
   LonghornService longhorn_;
   std::unique_ptr<grpc::Server> server_;
-  // Answers UNIMPLEMENTED to whatever is not a health check on health_server_.
-  grpc::CallbackGenericService health_port_rest_;
+  // health_server_'s only service.
+  HealthCheckOnlyService health_port_service_;
   std::unique_ptr<grpc::Server> health_server_;  // null without --health-listen
+  // Feeds health_server_; stopped before it shuts down.
+  std::unique_ptr<CappedListener> health_listener_;
   std::optional<HealthPublisher> health_;
   std::thread server_stopper_;
   bool volume_failed_ = false;

@@ -199,6 +199,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
                  "Mutating calls (mount, unmount, trim, resize) in progress at once; more are "
                  "refused (RESOURCE_EXHAUSTED)")
       ->capture_default_str();
+  app.add_option("--max-connection-age", f.max_connection_age,
+                 "How long a gRPC connection may live before the server ends it")
+      ->group("");  // hidden: for tests; the README's Security section says why it is there
   app.add_option("--lease-etcd", f.lease_etcd,
                  "Serve only while holding this volume's serving lease in etcd (members "
                  "HOST:PORT[,HOST:PORT...]), taken under --epoch before anything is served; "
@@ -341,6 +344,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   auto max_volume_op_time =
       FlagDuration("--max-volume-op-time", f.max_volume_op_time, Duration(1000));
   if (!max_volume_op_time.ok()) return max_volume_op_time.status();
+  auto max_connection_age =
+      FlagDuration("--max-connection-age", f.max_connection_age, Duration(1000));
+  if (!max_connection_age.ok()) return max_connection_age.status();
 
   auto ganesha = GaneshaConfig::Create({
       .volume = f.volume,
@@ -442,6 +448,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .probe_host = ProbeHost(f.nfs_address),
       .pod_uid = f.pod_uid,
       .longhorn_compat = f.longhorn_compat,
+      .max_connection_age = *max_connection_age,
       .limits = {.epoch = f.epoch,
                  .max_volume_op_time = *max_volume_op_time,
                  .max_watch_streams = static_cast<int>(f.max_watch_streams),

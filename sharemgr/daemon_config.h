@@ -75,6 +75,8 @@ struct DaemonFlags {
   std::string max_volume_op_time = "10m";
   int64_t max_watch_streams = 64;
   int64_t max_changes = 8;
+  // Not in --help: tests shorten it (see DaemonConfig::max_connection_age).
+  std::string max_connection_age = "10m";
   // The serving lease in etcd (issue #12); empty: none. The others are
   // refused without --lease-etcd; empty means their default.
   std::string lease_etcd;          // HOST:PORT[,HOST:PORT...]
@@ -113,6 +115,10 @@ struct DaemonConfig {
   std::string probe_host;  // where the NULL probe connects
   std::string pod_uid;     // empty: not given
   bool longhorn_compat = false;
+  // A connection to --listen (or the socket) is ended after this long (gRPC
+  // adds up to 10% jitter): it was admitted with the certificates of its
+  // handshake, so a rotated CA reaches established connections only so.
+  base::Duration max_connection_age{std::chrono::minutes(10)};
   ShareServiceLimits limits;  // also carries the epoch
   supervisor::SupervisorOptions supervisor;
   std::optional<VolumeConfig> volume;

@@ -53,9 +53,9 @@ void FillUptimes(ShareStatus& status) {
 }
 
 std::optional<CallSlots::Slot> CallSlots::TryTake() {
-  int free = free_.load();
+  int free = free_->load();
   while (free > 0) {
-    if (free_.compare_exchange_weak(free, free - 1)) return Slot(&free_);
+    if (free_->compare_exchange_weak(free, free - 1)) return Slot(free_);
   }
   return std::nullopt;
 }
@@ -65,7 +65,8 @@ ShareService::ShareService(StatusBoard& board, ShareCommands commands, ShareServ
       commands_(std::move(commands)),
       limits_(limits),
       mutations_(limits.max_changes),
-      watch_streams_(limits.max_watch_streams) {}
+      watch_streams_(limits.max_watch_streams),
+      queued_changes_(limits.max_queued_changes) {}
 
 void ShareService::Decorate(ShareStatus& status) const {
   FillUptimes(status);
@@ -116,13 +117,26 @@ absl::StatusOr<uint64_t> ShareService::RunOnLoop(grpc::ServerContext* context,
     return absl::UnavailableError(
         absl::StrCat("share-manager is ", ShareState_Name(state), "; not accepting changes"));
   }
+  // Its slot goes back when the task has run (or is dropped with the loop),
+  // not when this caller stops waiting for it.
+  auto queued = queued_changes_.TryTake();
+  if (!queued) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(limits_.max_queued_changes,
+                     " changes are queued for the supervisor loop, which is behind; retry later"));
+  }
   const auto deadline = std::min(context->deadline(), SystemClock::now() + kMaxCommandTime);
   auto promise = std::make_shared<std::promise<absl::StatusOr<uint64_t>>>();
   auto result = promise->get_future();
-  commands_.post([promise, op = std::move(op)] { promise->set_value(op()); });
+  commands_.post([promise, op = std::move(op),
+                  slot = std::make_shared<CallSlots::Slot>(std::move(*queued))]() mutable {
+    promise->set_value(op());
+    slot.reset();
+  });
   // The loop may quit (stop, failure) before it runs the task: the board is
   // closed then, and the caller is answered at once rather than at its deadline.
-  while (result.wait_for(kStreamCancelCheck) != std::future_status::ready) {
+  while (result.wait_until(std::min(deadline, SystemClock::now() + kStreamCancelCheck)) !=
+         std::future_status::ready) {
     if (board_.closed()) return absl::UnavailableError("share-manager is stopping");
     if (SystemClock::now() >= deadline) {
       return absl::DeadlineExceededError(

@@ -57,29 +57,34 @@ struct ShareServiceLimits {
   int max_watch_streams = 64;
   // Mutating calls in progress at once (each may wait for the loop or the volume).
   int max_changes = 8;
+  // Changes handed to the supervisor loop and not run yet. A caller that gives
+  // up at its deadline leaves its task queued: without this bound, changes
+  // sent faster than a slow loop runs them would grow its queue for ever.
+  int max_queued_changes = 64;
 };
 
 // A counted resource: a slot is taken by TryTake() and given back by the
-// returned guard. Any thread.
+// returned guard, which may outlive the CallSlots (a task still queued on the
+// loop when the service is gone). Any thread.
 class CallSlots {
  public:
-  explicit CallSlots(int capacity) : free_(capacity) {}
+  explicit CallSlots(int capacity) : free_(std::make_shared<std::atomic<int>>(capacity)) {}
   class Slot {
    public:
-    explicit Slot(std::atomic<int>* free) : free_(free) {}
-    Slot(Slot&& other) noexcept : free_(std::exchange(other.free_, nullptr)) {}
+    explicit Slot(std::shared_ptr<std::atomic<int>> free) : free_(std::move(free)) {}
+    Slot(Slot&& other) noexcept = default;
     Slot& operator=(Slot&&) = delete;
     ~Slot() {
       if (free_) free_->fetch_add(1);
     }
 
    private:
-    std::atomic<int>* free_;
+    std::shared_ptr<std::atomic<int>> free_;
   };
   std::optional<Slot> TryTake();
 
  private:
-  std::atomic<int> free_;
+  std::shared_ptr<std::atomic<int>> free_;
 };
 
 class ShareService final : public sharemanager::v1::ShareManager::Service {
@@ -124,6 +129,7 @@ class ShareService final : public sharemanager::v1::ShareManager::Service {
   const ShareServiceLimits limits_;
   CallSlots mutations_;
   CallSlots watch_streams_;
+  CallSlots queued_changes_;  // tasks on the loop, run or not
 };
 
 // Fills the derived fields (uptimes) of a status at the time it is sent.

@@ -96,6 +96,17 @@ absl::Status Errno(const char* what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
+// For socket() and connect(): out of descriptors or buffer memory here means
+// the call was never made, so it says nothing about the server.
+absl::Status ConnectErrno(const char* what) {
+  const int err = errno;
+  if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": ", std::strerror(err), " (in share-manager, not the server)"));
+  }
+  return Errno(what);
+}
+
 int RemainingMs(base::TimePoint deadline) {
   const auto left =
       std::chrono::duration_cast<base::Duration>(deadline - base::Clock::now()).count();
@@ -147,16 +158,16 @@ absl::StatusOr<base::UniqueFd> Connect(const std::string& host, uint16_t port,
     return absl::InvalidArgumentError(absl::StrCat("not an IP address: ", host));
   }
   base::UniqueFd fd(socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return Errno("socket");
+  if (!fd) return ConnectErrno("socket");
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
-    if (errno != EINPROGRESS) return Errno("connect");
+    if (errno != EINPROGRESS) return ConnectErrno("connect");
     if (auto s = WaitFor(fd.get(), POLLOUT, deadline, "connecting"); !s.ok()) return s;
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
       errno = err;
-      return Errno("connect");
+      return ConnectErrno("connect");
     }
   }
   return fd;

@@ -32,6 +32,9 @@ absl::Status ParseNullReply(std::span<const uint8_t> record, uint32_t xid);
 
 // Connects to host:port (IPv4 or IPv6 literal), sends NULL and waits for the
 // reply, all within `timeout`. Never blocks longer than that.
+// ResourceExhausted when this process could not make the call at all
+// (socket() or connect() failed with EMFILE, ENFILE, ENOBUFS or ENOMEM): it
+// says nothing about the server, so it is no miss of the server's.
 absl::Status ProbeNfsNull(const std::string& host, uint16_t port, base::Duration timeout);
 
 // NULL also answers with no export loaded (ganesha keeps running when an

@@ -18,6 +18,8 @@ namespace {
 constexpr base::Duration kStartupProbeInterval{10};
 // How long ProbeSoon keeps that cadence while the share is not ready.
 constexpr base::Duration kProbeSoonWindow{2000};
+// A probe that cannot run here is logged at most this often.
+constexpr base::Duration kProbeShortLogPeriod{30'000};
 
 sigset_t SupervisedSignals() {
   sigset_t set;
@@ -47,6 +49,7 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
       ready_(std::move(ready)),
       clock_(clock),
       policy_(options_.restart),
+      probe_short_log_(kProbeShortLogPeriod, clock),
       probe_timer_(loop, [this] { OnProbeTimer(); }),
       restart_timer_(loop, [this] { SpawnChild(); }),
       stop_timer_(loop,
@@ -153,6 +156,7 @@ void Supervisor::SpawnChild() {
   instance_++;
   answered_ = false;
   misses_ = 0;
+  probe_short_ = false;
   kill_reason_.clear();
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
@@ -259,7 +263,7 @@ void Supervisor::OnProbeTimer() {
   // Orphans whose exit was queued behind a helper's zombie are picked up here.
   ReapOrphans();
   if (!child_) return;
-  if (!answered_ && clock_.Now() > start_deadline_) {
+  if (!answered_ && !probe_short_ && clock_.Now() > start_deadline_) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
                       base::FormatDuration(options_.start_timeout),
                       " of starting (last: ", last_probe_error_, ")"));
@@ -281,6 +285,17 @@ void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
 void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
   if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
+  // Out of descriptors or memory here (a flood on our own ports, say): the
+  // probe never reached the child. Killing it would fix nothing and cost the
+  // share its NFS server, so the round is skipped.
+  probe_short_ = result.code() == absl::StatusCode::kResourceExhausted;
+  if (probe_short_) {
+    if (auto held_back = probe_short_log_.Admit()) {
+      spdlog::warn("NFS NULL probe could not run, not counted as a miss: {}{}", result.message(),
+                   base::LogLimiter::HeldBack(*held_back));
+    }
+    return;
+  }
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this

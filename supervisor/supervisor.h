@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/log_limiter.h"
 #include "supervisor/child_process.h"
 #include "supervisor/event_loop.h"
 #include "supervisor/health_state.h"
@@ -56,7 +57,9 @@ enum class Outcome { kStopped, kFailed };
 
 class Supervisor {
  public:
-  // Runs on a worker thread; must return within `timeout`.
+  // Runs on a worker thread; must return within `timeout`. ResourceExhausted
+  // means this process could not probe at all (out of file descriptors, say,
+  // while something floods its ports): no verdict on the child, so no miss.
   using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
@@ -133,6 +136,10 @@ class Supervisor {
   bool answered_ = false;
   bool probe_pending_ = false;
   int misses_ = 0;
+  // The last probe could not run here (ResourceExhausted): the start timeout
+  // waits for a probe that can tell.
+  bool probe_short_ = false;
+  base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;
   base::TimePoint start_deadline_{};

@@ -45,17 +45,34 @@ std::string ErrorOf(const TlsFlags& flags) {
 
 }  // namespace
 
-TEST_CASE("a client's identity: its DNS SANs, its CN only when it has none") {
+TEST_CASE(
+    "a client's identity, from its real certificate: its DNS SANs, its CN only without any SAN, "
+    "lowercased") {
+  const TempDir dir("tls-identity");
+  const TestCa ca(dir.path(), "ca");
+  // The auth context gRPC builds for a TLS peer carries its certificate; the
+  // other properties (peer_dns, x509_common_name, ...) are not what counts.
+  auto identities = [&](const std::string& stem, const std::string& cn,
+                        const std::vector<std::string>& sans) {
+    const auto pem = ReadFile(ca.Issue(stem, cn, sans).cert);
+    REQUIRE(pem.ok());
+    return PeerIdentities(FakeAuthContext(
+        {{GRPC_X509_PEM_CERT_PROPERTY_NAME, *pem}, {GRPC_X509_CN_PROPERTY_NAME, cn}}));
+  };
+  using Names = std::vector<std::string>;
+  CHECK(identities("dns", "admin", {"DNS:controller", "DNS:ctl.example"}) ==
+        Names{"controller", "ctl.example"});
+  // RFC 4343: a DNS name's case means nothing.
+  CHECK(identities("upper", "admin", {"DNS:Controller.EXAMPLE"}) == Names{"controller.example"});
+  // No subjectAltName extension at all: the CN names the client.
+  CHECK(identities("cn-only", "Controller", {}) == Names{"controller"});
+  // SANs but none of them DNS: no name, the CN does not count either.
+  CHECK(identities("ip-only", "controller", {"IP:10.0.0.1"}).empty());
+  CHECK(identities("uri-only", "controller", {"URI:spiffe://cluster/ns/controller"}).empty());
+  // No certificate in the context: nobody, whatever else it says.
   CHECK(PeerIdentities(FakeAuthContext({{GRPC_PEER_DNS_PROPERTY_NAME, "controller"},
-                                        {GRPC_PEER_DNS_PROPERTY_NAME, "ctl.example"},
-                                        {GRPC_X509_CN_PROPERTY_NAME, "admin"}})) ==
-        std::vector<std::string>{"controller", "ctl.example"});
-  // An IP SAN names no client: the CN does.
-  CHECK(PeerIdentities(FakeAuthContext({{GRPC_PEER_IP_PROPERTY_NAME, "10.0.0.1"},
-                                        {GRPC_X509_SAN_PROPERTY_NAME, "10.0.0.1"},
-                                        {GRPC_X509_CN_PROPERTY_NAME, "controller"}})) ==
-        std::vector<std::string>{"controller"});
-  CHECK(PeerIdentities(FakeAuthContext({})).empty());
+                                        {GRPC_X509_CN_PROPERTY_NAME, "controller"}}))
+            .empty());
 }
 
 TEST_CASE("TLS flags: none is plaintext, half a configuration or a bad file is one clear error") {

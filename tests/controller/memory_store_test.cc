@@ -8,6 +8,7 @@
 #include <map>
 
 #include "controller/faulty_store.h"
+#include "tests/controller/store_contract.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 
@@ -17,13 +18,10 @@ namespace {
 using testing_support::RequireOk;
 using testing_support::TempDir;
 
-ShareRecord Record(const std::string& name) {
-  ShareRecord r;
-  r.set_name(name);
-  r.mutable_spec()->set_volume(name);
-  r.mutable_spec()->set_serve(true);
-  return r;
-}
+struct MemoryStoreFixture {
+  MemoryStore memory;
+  Store& store() { return memory; }
+};
 
 // OpenFile refuses `path` with `code` and a message containing `names`.
 void CheckRefused(const std::string& path, absl::StatusCode code, const std::string& names) {
@@ -35,49 +33,11 @@ void CheckRefused(const std::string& path, absl::StatusCode code, const std::str
 }
 
 }  // namespace
+}  // namespace controller
 
-TEST_CASE("optimistic concurrency: a write with a stale resource_version conflicts") {
-  MemoryStore store;
-  auto created = store.Create(Record("a"));
-  REQUIRE(created.ok());
-  CHECK(store.Create(Record("a")).status().code() == absl::StatusCode::kAlreadyExists);
-  auto first = *created;
-  auto second = *created;
-  first.mutable_status()->set_reason("first");
-  REQUIRE(store.Update(first).ok());
-  second.mutable_status()->set_reason("second");
-  const auto conflict = store.Update(second);
-  CHECK(IsConflict(conflict.status()));
-  CHECK(RequireOk(store.Get("a")).status().reason() == "first");
-}
+STORE_CONTRACT_TESTS(controller::MemoryStoreFixture, "MemoryStore");
 
-TEST_CASE("spec_generation moves with the spec only") {
-  MemoryStore store;
-  auto r = RequireOk(store.Create(Record("a")));
-  CHECK(r.spec_generation() == 1);
-  r.mutable_status()->set_reason("x");
-  r = RequireOk(store.Update(r));
-  CHECK(r.spec_generation() == 1);
-  r.mutable_spec()->set_serve(false);
-  r = RequireOk(store.Update(r));
-  CHECK(r.spec_generation() == 2);
-}
-
-TEST_CASE("watchers hear about every change") {
-  MemoryStore store;
-  std::vector<std::string> seen;
-  store.Watch([&](const std::string& name) { seen.push_back(name); });
-  auto r = RequireOk(store.Create(Record("a")));
-  REQUIRE(store.Update(r).ok());
-  REQUIRE(store.Delete("a").ok());
-  CHECK(seen == std::vector<std::string>{"a", "a", "a"});
-}
-
-TEST_CASE("Update and Delete of a share the store does not hold are NotFound") {
-  MemoryStore store;
-  CHECK(store.Update(Record("nope")).status().code() == absl::StatusCode::kNotFound);
-  CHECK(store.Delete("nope").code() == absl::StatusCode::kNotFound);
-}
+namespace controller {
 
 TEST_CASE("a file-backed store survives a restart") {
   TempDir dir;
@@ -85,10 +45,10 @@ TEST_CASE("a file-backed store survives a restart") {
   {
     auto store = MemoryStore::OpenFile(path);
     REQUIRE(store.ok());
-    auto r = RequireOk((*store)->Create(Record("a")));
+    auto r = RequireOk((*store)->Create(ServedShare("a")));
     r.mutable_status()->set_epoch(4);
     REQUIRE((*store)->Update(r).ok());
-    REQUIRE((*store)->Create(Record("b")).ok());
+    REQUIRE((*store)->Create(ServedShare("b")).ok());
   }
   auto reopened = MemoryStore::OpenFile(path);
   REQUIRE(reopened.ok());
@@ -113,7 +73,7 @@ TEST_CASE("reopening a store file gives the same records at the same versions") 
     auto store = MemoryStore::OpenFile(path);
     REQUIRE(store.ok());
     for (const char* name : {"a", "b", "c"}) {
-      auto created = (*store)->Create(Record(name));
+      auto created = (*store)->Create(ServedShare(name));
       REQUIRE(created.ok());
       created->mutable_status()->set_epoch(7);
       auto updated = (*store)->Update(*created);
@@ -148,7 +108,7 @@ TEST_CASE("a corrupt line anywhere in the store file refuses it, naming the line
   {
     auto store = MemoryStore::OpenFile(path);
     REQUIRE(store.ok());
-    REQUIRE((*store)->Create(Record("a")).ok());
+    REQUIRE((*store)->Create(ServedShare("a")).ok());
   }
   {
     std::ofstream out(path, std::ios::app);
@@ -162,7 +122,7 @@ TEST_CASE("many writes leave only the store file beside it and no fd open on it"
   const std::string path = dir.path() + "/store.jsonl";
   auto store = MemoryStore::OpenFile(path);
   REQUIRE(store.ok());
-  auto record = (*store)->Create(Record("a"));
+  auto record = (*store)->Create(ServedShare("a"));
   REQUIRE(record.ok());
   for (int i = 0; i < 100; ++i) {
     record->mutable_status()->set_epoch(static_cast<uint64_t>(i));
@@ -191,11 +151,11 @@ TEST_CASE(
   auto opened = MemoryStore::OpenFile(sub + "/shares");
   REQUIRE(opened.ok());
   MemoryStore& store = **opened;
-  auto a = store.Create(Record("a"));
+  auto a = store.Create(ServedShare("a"));
   REQUIRE(a.ok());
   std::filesystem::remove_all(sub);  // every later write fails: no directory for its temp file
 
-  CHECK_FALSE(store.Create(Record("b")).ok());
+  CHECK_FALSE(store.Create(ServedShare("b")).ok());
   CHECK(store.Get("b").status().code() == absl::StatusCode::kNotFound);
   ShareRecord changed = *a;
   changed.mutable_spec()->set_serve(false);
@@ -209,7 +169,7 @@ TEST_CASE("the faulty store fails the k-th call, and a timeout-after still takes
   MemoryStore memory;
   FaultyStore store(memory);
   store.faults().FailCall(2, Fault::kFail);
-  REQUIRE(store.Create(Record("a")).ok());                                  // call 1
+  REQUIRE(store.Create(ServedShare("a")).ok());                             // call 1
   CHECK(store.Get("a").status().code() == absl::StatusCode::kUnavailable);  // call 2
   CHECK(store.Get("a").ok());                                               // call 3
   store.faults().FailCall(1, Fault::kTimeoutAfter);

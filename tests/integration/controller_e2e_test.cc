@@ -16,13 +16,17 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "base/files.h"
+#include "base/loopback_port.h"
 #include "base/proc.h"
 #include "controller/controller.h"
+#include "controller/etcd_store.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/etcd_cluster.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/program_process.h"
@@ -607,6 +611,57 @@ TEST_CASE("share-controller refuses a bad --port-range before it starts anything
                               "' (expected FIRST-LAST, 1 <= FIRST <= LAST <= 65535)\n");
   }
   CHECK(!std::filesystem::exists(dir.path() + "/work"));  // nothing was started
+}
+
+TEST_CASE("share-controller --store etcd://... keeps the share records in etcd") {
+  TempDir dir("sharemgr-ctl");
+  testing_support::EtcdCluster etcd;
+  const std::string url = "etcd://" + absl::StrJoin(etcd.endpoints(), ",") + "/ctl";
+  {
+    ControllerProcess ctl({"--work-dir", dir.path(), "--share", "vol-cli", "--store", url,
+                           "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2",
+                           "--resync", "200ms"});
+    // Printed from the store's watch: the phases went through etcd.
+    CHECK_MESSAGE(ctl.WaitOutput("vol-cli RUNNING epoch=1", milliseconds(20'000)), ctl.output());
+    const auto exit = ctl.Stop();
+    REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+    CHECK(exit->ShellCode() == 0);
+  }
+  auto client = RequireOk(EtcdClient::Create({.endpoints = etcd.endpoints()}));
+  auto store = RequireOk(EtcdStore::Open(std::move(client), "/ctl"));
+  const auto record = RequireOk(store->Get("vol-cli"));
+  CHECK(record.status().epoch() == 1);
+  CHECK(record.spec().serve());
+}
+
+TEST_CASE("share-controller refuses a bad --store, and exits 1 when etcd cannot be reached") {
+  TempDir dir("sharemgr-ctl");
+  const std::string work = dir.path() + "/work";
+  const auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"--work-dir", work, "--share", "vol-cli"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ControllerProcess ctl(argv);
+    const auto exit = ctl.WaitExit(milliseconds(20'000));
+    REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+    return std::make_pair(exit->ShellCode(), ctl.output());
+  };
+  auto [code, output] = run({"--store", "http://127.0.0.1:1/p"});
+  CHECK(code == 2);
+  CHECK(output ==
+        "share-controller: --store: 'http://127.0.0.1:1/p' is not "
+        "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: no etcd:// scheme\n");
+  std::tie(code, output) = run({"--store", "etcd://127.0.0.1:1/p", "--store-file", "x.jsonl"});
+  CHECK(code == 2);
+  std::tie(code, output) = run({"--etcd-cert", "c.pem"});
+  CHECK(code == 2);
+  std::tie(code, output) = run({"--store", "etcd://127.0.0.1:1/p", "--etcd-cert", "c.pem"});
+  CHECK(code == 2);
+  CHECK_MESSAGE(output.find("--etcd-key") != std::string::npos, output);
+  const std::string nobody = "127.0.0.1:" + std::to_string(base::FreeLoopbackPort());
+  std::tie(code, output) = run({"--store", "etcd://" + nobody + "/p", "--etcd-timeout", "1s"});
+  CHECK(code == 1);
+  CHECK_MESSAGE(output.find(nobody) != std::string::npos, output);
+  CHECK(!std::filesystem::exists(work + "/vol-cli"));  // no pod was started
 }
 
 }  // namespace controller

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -20,6 +21,20 @@ using std::chrono::milliseconds;
 using testing_support::Security;
 using testing_support::ShareCerts;
 
+// A fresh client per attempt while the daemon starts, as the connector does
+// after UNAVAILABLE: a channel refused early sits out gRPC's backoff.
+absl::StatusOr<sharemanager::v1::ShareStatus> WaitServing(const std::string& addr,
+                                                          const ShareClientOptions& options) {
+  absl::StatusOr<sharemanager::v1::ShareStatus> status;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  do {
+    status = ShareClient(addr, options).GetStatus();
+    if (status.ok() && status->state() == sharemanager::v1::SERVING) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return status;
+}
+
 }  // namespace
 
 TEST_CASE("mTLS: ShareClient, StatusWatch and the connector against a TLS share-manager") {
@@ -30,15 +45,7 @@ TEST_CASE("mTLS: ShareClient, StatusWatch and the connector against a TLS share-
   const ShareClientOptions tls{.deadline = milliseconds(2000),
                                .security = Security(certs.client, "share-manager")};
 
-  // A fresh client per attempt while the daemon starts, as the connector
-  // does after UNAVAILABLE: a channel refused early sits out gRPC's backoff.
-  absl::StatusOr<sharemanager::v1::ShareStatus> status;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  do {
-    status = ShareClient((*d)->addr(), tls).GetStatus();
-    if (status.ok() && status->state() == sharemanager::v1::SERVING) break;
-    std::this_thread::sleep_for(milliseconds(50));
-  } while (std::chrono::steady_clock::now() < deadline);
+  const auto status = WaitServing((*d)->addr(), tls);
   REQUIRE_MESSAGE(status.ok(), status.status().ToString(), "\n", (*d)->output());
   ShareClient client((*d)->addr(), tls);
   CHECK(status->state() == sharemanager::v1::SERVING);
@@ -79,6 +86,60 @@ TEST_CASE("mTLS: ShareClient, StatusWatch and the connector against a TLS share-
   CHECK(saw(&serving));
   CHECK(client.Unmount(0).ok());
   CHECK(saw(&withdrawn));
+}
+
+TEST_CASE(
+    "mTLS: connections the server ends at their maximum age are replaced: the watch and the client "
+    "carry on") {
+  const ShareCerts certs;
+  auto flags = certs.DaemonFlags();
+  flags.insert(flags.end(), {"--max-connection-age", "1s"});  // and so a 1 s grace
+  auto d =
+      testing_support::DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const ShareClientOptions tls{.deadline = milliseconds(2000),
+                               .security = Security(certs.client, "share-manager")};
+  const auto serving = WaitServing((*d)->addr(), tls);
+  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString(), "\n", (*d)->output());
+
+  absl::Mutex mu;
+  bool answered = false;            // a status came
+  int ended = 0;                    // streams ended after one had answered
+  bool answered_after_end = false;  // a status on a stream opened after an end
+  bool withdrawn = false;
+  StatusWatch watch((*d)->addr(),
+                    [&](const StatusWatch::Event& e) {
+                      absl::MutexLock lock(&mu);
+                      if (!e.status) {
+                        ended += answered ? 1 : 0;
+                        return;
+                      }
+                      answered = true;
+                      answered_after_end = answered_after_end || ended > 0;
+                      withdrawn = withdrawn || !e.status->exported();
+                    },
+                    tls.security);
+  auto saw = [&](const std::function<bool()>& what) {
+    absl::MutexLock lock(&mu);
+    return mu.AwaitWithTimeout(absl::Condition(&what, &std::function<bool()>::operator()),
+                               absl::Seconds(15));
+  };
+  // The server ends the stream's connection (GOAWAY at 1 s, cut after the
+  // grace); the watch opens another at once and gets the status there.
+  CHECK(saw([&] { return ended >= 2 && answered_after_end; }));
+  // One client channel across several connection ages: each call finds a
+  // live connection, and a change reaches the watch's newest stream.
+  ShareClient client((*d)->addr(), tls);
+  CHECK(client.GetStatus().ok());
+  int ended_before = 0;
+  {
+    absl::MutexLock lock(&mu);
+    ended_before = ended;
+  }
+  CHECK(saw([&] { return ended > ended_before; }));  // an age went by
+  CHECK(client.GetStatus().ok());
+  CHECK(client.Unmount(0).ok());
+  CHECK(saw([&] { return withdrawn; }));
 }
 
 TEST_CASE("share-controller with --tls-dir runs TLS pods and sees them RUNNING") {

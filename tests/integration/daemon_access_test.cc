@@ -5,6 +5,8 @@
 // only when asked for, and the socket is its owner's.
 #include <doctest/doctest.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -13,10 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/files.h"
+#include "base/unique_fd.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "longhorn/smrpc.grpc.pb.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace {
 
@@ -132,7 +140,86 @@ class StreamFlood {
   std::vector<grpc::Status> refused_;
 };
 
+// TCP connections to 127.0.0.1:port that send nothing and stay open until
+// Close: each costs the server a file descriptor.
+class ConnectionFlood {
+ public:
+  ConnectionFlood(uint16_t port, int count) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < count; ++i) {
+      base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      REQUIRE(fd);
+      const int rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      REQUIRE((rc == 0 || errno == EINPROGRESS));
+      fds_.push_back(std::move(fd));
+    }
+  }
+  void Close() { fds_.clear(); }
+
+ private:
+  std::vector<base::UniqueFd> fds_;
+};
+
+uint16_t PortOf(const std::string& host_port) {
+  return static_cast<uint16_t>(std::stoi(host_port.substr(host_port.rfind(':') + 1)));
+}
+
 }  // namespace
+
+TEST_CASE(
+    "a connection flood on the health port: the descriptors never run out, ganesha is never "
+    "touched, the port answers throughout and after") {
+  // Fewer descriptors than the flood has connections.
+  auto started = DaemonProcess::Start({.extra_flags = {"--probe-interval", "100ms"},
+                                       .wrapper = {"prlimit", "--nofile=256:256", "--"}});
+  REQUIRE_MESSAGE(started.ok(), started.status().ToString());
+  auto& d = *started;
+  // A connection to the API port opened before the flood answers through it.
+  const auto api = d->Stub();
+  auto status = [&] {
+    grpc::ClientContext context;
+    context.set_deadline(In(milliseconds(3000)));
+    v1::ShareStatus answer;
+    const auto rpc = api->GetStatus(&context, {}, &answer);
+    REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
+    return answer;
+  };
+  const auto before = status();
+  REQUIRE(before.ganesha_pid() > 0);
+  auto health_port_serving = [&] {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(d->health_addr(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(In(milliseconds(2000)));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("liveness");
+    grpc::health::v1::HealthCheckResponse response;
+    return stub->Check(&context, request, &response).ok() &&
+           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  };
+
+  ConnectionFlood flood(PortOf(d->health_addr()), 400);
+  // Thirty probe intervals of flood (three missed probes would mean "hung").
+  CHECK_MESSAGE(testing_support::HoldsFor(
+                    [&] {
+                      const auto now = status();
+                      return now.ganesha_pid() == before.ganesha_pid() &&
+                             now.restart_count() == 0 && now.state() == v1::SERVING;
+                    },
+                    milliseconds(3000)),
+                d->output());
+  CHECK(absl::StrContains(d->output(), "closed the oldest"));  // the cap held the flood
+  // The newest connection gets in: kubelet's probe is answered mid-flood.
+  CHECK(health_port_serving());
+  flood.Close();
+  CHECK(health_port_serving());
+  CHECK(status().ganesha_pid() == before.ganesha_pid());
+  CHECK_FALSE(absl::StrContains(d->output(), "NFS NULL probe missed"));
+  CHECK_FALSE(absl::StrContains(d->output(), "Too many open files"));
+}
 
 TEST_CASE(
     "1,000 WatchStatus streams: the cap's worth stay open, the rest are refused "
@@ -159,6 +246,16 @@ TEST_CASE(
   const auto status = d->Stub()->Mount(&context, mount, &mounted);
   CHECK_MESSAGE(status.ok(), status.error_message());
   CHECK(d->WriteEventually("/after-flood.txt", "still serving").ok());
+}
+
+TEST_CASE("the daemon raises its open-file soft limit to the hard one, and logs it") {
+  auto d = DaemonProcess::Start({.wrapper = {"prlimit", "--nofile=512:4096", "--"}});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto limits = base::ReadFile(absl::StrCat("/proc/", (*d)->pid(), "/limits"));
+  REQUIRE(limits.ok());
+  CHECK_MESSAGE(absl::StrContains(*limits, "Max open files            4096                 4096"),
+                *limits);
+  CHECK(absl::StrContains((*d)->output(), "open file limit: 4096"));
 }
 
 TEST_CASE("a request larger than the message cap is refused, the share-manager serves on") {

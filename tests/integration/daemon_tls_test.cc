@@ -80,6 +80,19 @@ grpc::Status Health(const std::shared_ptr<grpc::Channel>& channel, const std::st
   return status;
 }
 
+// How a health Watch stream ends (OK: it was served and ended by the deadline).
+grpc::StatusCode HealthWatchEnd(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + milliseconds(1000));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("readiness");
+  auto stream = grpc::health::v1::Health::NewStub(channel)->Watch(&context, request);
+  grpc::health::v1::HealthCheckResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish().error_code();
+}
+
 bool Eventually(const std::function<bool()>& done, milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -90,8 +103,11 @@ bool Eventually(const std::function<bool()>& done, milliseconds timeout) {
 }
 
 // A TLS daemon, SERVING as its plaintext health port says (what kubelet sees).
-std::unique_ptr<DaemonProcess> StartTlsDaemon(const ShareCerts& certs) {
-  auto d = DaemonProcess::Start({.extra_flags = certs.DaemonFlags(), .wait_until_serving = false});
+std::unique_ptr<DaemonProcess> StartTlsDaemon(const ShareCerts& certs,
+                                              const std::vector<std::string>& more_flags = {}) {
+  auto flags = certs.DaemonFlags();
+  flags.insert(flags.end(), more_flags.begin(), more_flags.end());
+  auto d = DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
   REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   const auto health = Channel((*d)->health_addr(), grpc::InsecureChannelCredentials());
   REQUIRE_MESSAGE(Eventually(
@@ -182,15 +198,34 @@ TEST_CASE(
     CHECK(Health(Channel(d->addr(), security), "").error_code() ==
           grpc::StatusCode::PERMISSION_DENIED);
     CHECK(d->output().find("refused a call from client 'intruder'") != std::string::npos);
+    // Refusals are logged once per 30 s, however many: a CA's certificate
+    // must not be a way to flood the log.
+    for (int i = 0; i < 5; ++i) {
+      CHECK(GetStatus(Channel(d->addr(), security)).error_code() ==
+            grpc::StatusCode::PERMISSION_DENIED);
+    }
+    size_t logged = 0;
+    for (auto at = d->output().find("refused a call from"); at != std::string::npos;
+         at = d->output().find("refused a call from", at + 1)) {
+      ++logged;
+    }
+    CHECK(logged == 1);
   }
   SUBCASE("the allowed name as CN, beside a DNS SAN that is not allowed: the SAN counts") {
     const auto mixed = certs.ca.Issue("mixed", "controller", {"DNS:intruder"});
     CHECK(Unmount(Channel(d->addr(), Security(mixed, "share-manager"))).error_code() ==
           grpc::StatusCode::PERMISSION_DENIED);
   }
-  SUBCASE("the allowed name as CN of a certificate without DNS SAN: allowed") {
+  SUBCASE("the allowed name as CN of a certificate without any SAN: allowed") {
     const auto cn_only = certs.ca.Issue("cn-only", "controller", {});
     CHECK(GetStatus(Channel(d->addr(), Security(cn_only, "share-manager"))).ok());
+  }
+  SUBCASE("names as DNS has them: a CN beside only an IP SAN is none, case is no difference") {
+    const auto ip_only = certs.ca.Issue("ip-only", "controller", {"IP:127.0.0.1"});
+    const auto rpc = Unmount(Channel(d->addr(), Security(ip_only, "share-manager")));
+    CHECK(rpc.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    const auto upper = certs.ca.Issue("upper", "someone", {"DNS:CONTROLLER"});
+    CHECK(GetStatus(Channel(d->addr(), Security(upper, "share-manager"))).ok());
   }
   CheckStillExported(d->addr(), good);
 }
@@ -228,6 +263,8 @@ TEST_CASE("the health port: plaintext grpc.health.v1 for kubelet, nothing else")
     CHECK(Mount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
     CHECK(Unmount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
     CHECK(GetStatus(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    // No stream anyone could hold open: Watch is for the API port's callers.
+    CHECK(HealthWatchEnd(health) == grpc::StatusCode::UNIMPLEMENTED);
     CheckStillExported(d->addr(), Security(certs.client, "share-manager"));
     // It follows the share: readiness drops with the export.
     CHECK(Unmount(Channel(d->addr(), Security(certs.client, "share-manager"))).ok());
@@ -246,6 +283,10 @@ TEST_CASE("the health port: plaintext grpc.health.v1 for kubelet, nothing else")
     CHECK(Health(health, "readiness", &serving).ok());
     CHECK(serving);
     CHECK(Mount(health).error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK(HealthWatchEnd(health) == grpc::StatusCode::UNIMPLEMENTED);
+    // The API port still serves it (the controller and the watch command use it).
+    CHECK(HealthWatchEnd(Channel((*d)->addr(), grpc::InsecureChannelCredentials())) ==
+          grpc::StatusCode::DEADLINE_EXCEEDED);
     const auto probe = RunCommand(
         {ShareManagerBinary(), "probe", "--addr", (*d)->health_addr(), "--service", "liveness"});
     CHECK_MESSAGE(probe.exit_code == 0, probe.output);
@@ -288,6 +329,32 @@ TEST_CASE("share-manager status/mount/unmount/probe --tls-dir against a TLS daem
                                          "--tls-dir", certs.client_dir, "--tls-server-name",
                                          "share-manager"});
   CHECK_MESSAGE(watch.WaitOutput("SERVING", milliseconds(5000)), watch.output());
+}
+
+TEST_CASE(
+    "the watch command carries on when the server ends its connection at its maximum age, "
+    "printing each status once") {
+  const ShareCerts certs;
+  auto d = StartTlsDaemon(certs, {"--max-connection-age", "1s"});  // and so a 1 s grace
+  testing_support::ProgramProcess watch({ShareManagerBinary(), "watch", "--addr", d->addr(),
+                                         "--tls-dir", certs.client_dir, "--tls-server-name",
+                                         "share-manager"});
+  REQUIRE_MESSAGE(watch.WaitOutput("exported=yes", milliseconds(5000)), watch.output());
+  // Long enough for its connection to be ended at least once.
+  CHECK_FALSE(watch.WaitExit(milliseconds(3500)).has_value());
+  CHECK(Unmount(Channel(d->addr(), Security(certs.client, "share-manager"))).ok());
+  CHECK_MESSAGE(watch.WaitOutput("exported=no", milliseconds(5000)), watch.output());
+  // A stream opened again starts with the current status: not printed twice.
+  size_t serving_lines = 0;
+  for (auto at = watch.output().find("exported=yes"); at != std::string::npos;
+       at = watch.output().find("exported=yes", at + 1)) {
+    ++serving_lines;
+  }
+  CHECK_MESSAGE(serving_lines == 1, watch.output());
+  d->Signal(SIGTERM);
+  const auto exit = watch.WaitExit(milliseconds(15'000));
+  REQUIRE_MESSAGE(exit.has_value(), watch.output());
+  CHECK(exit->ShellCode() == 0);
 }
 
 TEST_CASE("the daemon refuses half-configured TLS with exit 2 and one line, starting nothing") {

@@ -2,6 +2,10 @@
 
 #include <doctest/doctest.h>
 
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
 #include "supervisor/event_loop.h"
 #include "supervisor/restart_policy.h"
 
@@ -236,6 +240,29 @@ TEST_CASE("--max-repairs beyond 1000 is refused, naming the range 0 to 1000") {
   const auto config = ResolveDaemonConfig(flags);
   REQUIRE_FALSE(config.ok());
   CHECK(config.status().message() == "--max-repairs must be between 0 and 1000");
+}
+
+TEST_CASE(
+    "connections to the API port end after 10 minutes, --max-connection-age (kept out of --help) "
+    "changes it, down to 1 s") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->max_connection_age == std::chrono::minutes(10));
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  // CLI11 takes a vector of arguments last first.
+  REQUIRE_NOTHROW(
+      app.parse(std::vector<std::string>{"2s", "--max-connection-age", "pvc-1", "--volume"}));
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->max_connection_age == base::Duration(2000));
+  CHECK(app.help().find("--max-connection-age") == std::string::npos);
+  flags.max_connection_age = "500ms";
+  config = ResolveDaemonConfig(flags);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().message() == "--max-connection-age must be at least 1s");
 }
 
 TEST_CASE(

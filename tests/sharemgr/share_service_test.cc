@@ -3,6 +3,7 @@
 #include "sharemgr/share_service.h"
 
 #include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/server_context.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/support/wait_for.h"
 
 namespace sharemgr {
@@ -266,6 +268,78 @@ TEST_CASE("mutations beyond the cap are refused with RESOURCE_EXHAUSTED, the slo
   CHECK(held[0] == grpc::StatusCode::OK);
   CHECK(held[1] == grpc::StatusCode::OK);
   CHECK(mount(4) == grpc::StatusCode::OK);  // both slots were given back
+}
+
+TEST_CASE(
+    "changes left queued on a busy loop by callers that gave up are capped: beyond, "
+    "RESOURCE_EXHAUSTED at once with nothing queued, reads and health answer, the loop catches "
+    "up") {
+  StatusBoard board;
+  board.Update([](v1::ShareStatus& s) { s.set_state(v1::SERVING); });
+  StuckLoop loop;
+  std::atomic<bool> stuck{true};
+  ShareService service(
+      board,
+      ShareCommands{.post =
+                        [&](std::function<void()> t) {
+                          if (stuck) {
+                            loop.Post(std::move(t));
+                          } else {
+                            t();  // the loop keeps up again
+                          }
+                        },
+                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; }},
+      ShareServiceLimits{.max_queued_changes = 4});
+  // Over a real (in-process) channel: a caller's deadline is what a server sees.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  auto channel = server->InProcessChannel({});
+  auto stub = v1::ShareManager::NewStub(channel);
+  auto mount = [&](milliseconds deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(SystemClock::now() + deadline);
+    v1::MountResponse response;
+    return stub->Mount(&context, {}, &response);
+  };
+
+  for (int i = 0; i < 4; ++i) {
+    CHECK(mount(milliseconds(50)).error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  REQUIRE(loop.Posted() == 4);  // each caller gave up; its task stays queued
+  for (int i = 0; i < 20; ++i) {
+    const auto refused = mount(milliseconds(5000));
+    CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK(refused.error_message().find("queued") != std::string::npos);
+  }
+  CHECK(loop.Posted() == 4);  // the queue did not grow
+  {
+    grpc::ClientContext context;
+    context.set_deadline(SystemClock::now() + milliseconds(2000));
+    v1::ShareStatus status;
+    CHECK(stub->GetStatus(&context, {}, &status).ok());
+    CHECK(status.state() == v1::SERVING);
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(SystemClock::now() + milliseconds(2000));
+    grpc::health::v1::HealthCheckResponse health;
+    CHECK(grpc::health::v1::Health::NewStub(channel)->Check(&context, {}, &health).ok());
+  }
+
+  // The loop runs what was queued: the slots come back, changes go through.
+  stuck = false;
+  std::vector<std::function<void()>> queued;
+  {
+    std::lock_guard lock(loop.mu);
+    queued.swap(loop.tasks);
+  }
+  for (auto& task : queued) task();
+  queued.clear();
+  CHECK(mount(milliseconds(5000)).ok());
+  server->Shutdown();
 }
 
 }  // namespace sharemgr

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 
 #include "base/unique_fd.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/descriptor_shortage.h"
 
 namespace supervisor {
 namespace {
@@ -48,8 +50,14 @@ class FakeRpcServer {
 
  private:
   void Serve() {
+    // accept4() takes its descriptor before it waits: while a test has used
+    // them all up it fails at once, and is tried again.
     base::UniqueFd conn(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn) return;
+    while (!conn && errno == EMFILE) {
+      std::this_thread::sleep_for(milliseconds(5));
+      conn.reset(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    }
+    if (!conn) return;  // shut down
     uint8_t call[44];
     size_t got = 0;
     while (got < sizeof(call)) {
@@ -185,6 +193,24 @@ TEST_CASE("ProbeNfsNull gives up at its deadline when the peer accepts but never
   CHECK(took >= milliseconds(190));
   // Generous bound: only proves the probe is bounded, not how fast this machine is.
   CHECK(took < milliseconds(2000));
+}
+
+TEST_CASE(
+    "out of file descriptors here, the probes say so (ResourceExhausted), not that the server "
+    "failed") {
+  FakeRpcServer server(FakeRpcServer::Mode::kAnswer);
+  absl::Status null, lookup;
+  {
+    testing_support::DescriptorShortage shortage(128);
+    null = ProbeNfsNull("127.0.0.1", server.port(), milliseconds(1000));
+    lookup = ProbeNfsExport("127.0.0.1", server.port(), "pvc", milliseconds(1000));
+  }
+  CHECK(null.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(null.message()).find("Too many open files") != std::string::npos);
+  CHECK(lookup.code() == absl::StatusCode::kResourceExhausted);
+  // With descriptors back, the same server answers.
+  const auto after = ProbeNfsNull("127.0.0.1", server.port(), milliseconds(1000));
+  CHECK_MESSAGE(after.ok(), after.ToString());
 }
 
 TEST_CASE("ProbeNfsNull refuses a host that is not an IP literal") {

@@ -30,8 +30,9 @@ using std::chrono::milliseconds;
 // Runs a Supervisor on its own loop thread and records every published status.
 class Harness {
  public:
-  explicit Harness(SupervisorOptions options,
-                   std::vector<std::string> command = {"sleep", "1000"}) {
+  explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"},
+                   bool probe_short = false)
+      : probe_short_(probe_short) {
     options.command = std::move(command);
     thread_ = std::thread([this, options] {
       EventLoop loop;
@@ -40,6 +41,10 @@ class Harness {
           loop, options,
           [this](base::Duration timeout) -> absl::Status {
             const int n = ++probes_;
+            if (probe_short_) {
+              std::this_thread::sleep_for(std::min(timeout, milliseconds(5)));
+              return absl::ResourceExhaustedError("socket: Too many open files");
+            }
             if (probe_ok_ || (answer_every_ > 0 && n % answer_every_ == 0)) {
               return absl::OkStatus();
             }
@@ -105,6 +110,14 @@ class Harness {
     return outcome_;
   }
 
+  // Waits for `count` more probes, or for `pid` to be replaced: whichever comes first.
+  void ProbeWhileAlive(int count, pid_t pid) {
+    const int from = probes_;
+    REQUIRE(testing_support::WaitFor(
+        [&] { return probes_ >= from + count || history().back().pid != pid; },
+        milliseconds(10'000)));
+  }
+
   std::vector<SupervisorStatus> history() {
     std::lock_guard lock(mu_);
     return history_;
@@ -115,6 +128,8 @@ class Harness {
   std::atomic<int> answer_every_{0};
   std::atomic<int> probes_{0};
   std::atomic<bool> ready_{true};
+  // Every probe fails here, before reaching the child (out of descriptors).
+  std::atomic<bool> probe_short_{false};
 
  private:
   base::SteadyTimeSource clock_;
@@ -143,6 +158,13 @@ SupervisorOptions FastOptions() {
 }
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+void CheckNeverRestarted(const SupervisorStatus& now, pid_t pid) {
+  CHECK(now.pid == pid);
+  CHECK(now.restarts == 0);
+  CHECK_FALSE(now.last_exit.has_value());
+  CHECK(Alive(pid));
+}
 
 auto StateIs(State s) {
   return [s](const SupervisorStatus& st) { return st.state == s; };
@@ -201,18 +223,44 @@ TEST_CASE(
   Harness h(FastOptions());  // 3 misses in a row mean hung
   const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
   h.answer_every_ = 3;  // miss, miss, answer, miss, miss, answer, ...
-  const int from = h.probes_;
   h.probe_ok_ = false;
-  // 30 probes, or a kill: whichever comes first.
-  REQUIRE(testing_support::WaitFor(
-      [&] { return h.probes_ >= from + 30 || h.history().back().pid != pid; },
-      milliseconds(10'000)));
+  h.ProbeWhileAlive(30, pid);
   h.probe_ok_ = true;
+  CheckNeverRestarted(h.history().back(), pid);
+}
+
+TEST_CASE(
+    "a probe that cannot run here (out of descriptors) is no miss: the child is never killed for "
+    "it") {
+  Harness h(FastOptions());  // 3 misses in a row mean hung
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  h.probe_short_ = true;
+  h.ProbeWhileAlive(30, pid);
+  h.probe_short_ = false;
+  // Real answers afterwards: still the same child, serving, never restarted.
+  h.ProbeWhileAlive(3, pid);
   const auto now = h.history().back();
+  CheckNeverRestarted(now, pid);
+  CHECK(now.state == State::kServing);
+}
+
+TEST_CASE("a probe that cannot run here holds the start timeout: it kills only on a real miss") {
+  SupervisorOptions options = FastOptions();
+  options.start_timeout = milliseconds(200);
+  Harness h(options, {"sleep", "1000"}, /*probe_short=*/true);
+  const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
+  // Many times the start timeout of probes that could not run.
+  REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 60; }, milliseconds(10'000)));
+  auto now = h.history().back();
   CHECK(now.pid == pid);
-  CHECK(now.restarts == 0);
+  CHECK(now.state == State::kStarting);
   CHECK_FALSE(now.last_exit.has_value());
   CHECK(Alive(pid));
+  // A probe that reaches the child and gets no answer: the timeout applies again.
+  h.probe_ok_ = false;
+  h.probe_short_ = false;
+  const auto killed = h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+  CHECK(killed.last_exit_description.find("did not answer NFS NULL within") != std::string::npos);
 }
 
 TEST_CASE("the death budget: one death more than allowed is FAILED, then the run ends") {

@@ -1,0 +1,217 @@
+#include "controller/etcd_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace controller {
+namespace {
+
+// etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time)
+// with a GOAWAY; every 10 s on an open stream notices a member that hangs
+// behind an open connection within 10 s + call_timeout.
+constexpr int kKeepaliveMs = 10'000;
+
+absl::Status CheckEndpoint(absl::string_view endpoint) {
+  const auto colon = endpoint.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port == 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd endpoint '", endpoint, "' is not HOST:PORT (PORT 1-65535)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EtcdUrl> ParseEtcdUrl(absl::string_view url) {
+  constexpr absl::string_view kScheme = "etcd://";
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", url, "' is not etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: ", why));
+  };
+  if (!absl::StartsWith(url, kScheme)) return bad("no etcd:// scheme");
+  absl::string_view rest = url.substr(kScheme.size());
+  const auto slash = rest.find('/');
+  EtcdUrl parsed;
+  if (slash != absl::string_view::npos) {
+    parsed.prefix = std::string(absl::StripSuffix(rest.substr(slash), "/"));
+    rest = rest.substr(0, slash);
+  }
+  if (rest.empty()) return bad("no endpoint");
+  for (absl::string_view endpoint : absl::StrSplit(rest, ',')) {
+    if (auto s = CheckEndpoint(endpoint); !s.ok()) return bad(s.message());
+    parsed.endpoints.emplace_back(endpoint);
+  }
+  return parsed;
+}
+
+std::string PrefixRangeEnd(absl::string_view prefix) {
+  std::string end(prefix);
+  // The shortest key past every key starting with `prefix`: its last byte
+  // below 0xff plus one, the bytes after it dropped.
+  while (!end.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(end.back());
+    if (last < 0xff) {
+      ++last;
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
+  if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoint");
+  for (const auto& endpoint : options.endpoints) {
+    if (auto s = CheckEndpoint(endpoint); !s.ok()) return s;
+  }
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
+}
+
+EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& endpoint : options_.endpoints) members_.push_back(Connect(endpoint));
+}
+
+std::shared_ptr<const EtcdClient::Member> EtcdClient::Connect(const std::string& endpoint) const {
+  grpc::ChannelArguments args;
+  // Its own connection: not one shared with (and stuck like) an older channel.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(options_.backoff_initial.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.backoff_max.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.call_timeout.count()));
+  options_.security.Apply(args);
+  auto member = std::make_shared<Member>();
+  member->endpoint = endpoint;
+  member->channel = grpc::CreateCustomChannel(endpoint, options_.security.credentials(), args);
+  member->kv = etcdserverpb::KV::NewStub(member->channel);
+  member->watch = etcdserverpb::Watch::NewStub(member->channel);
+  member->lease = etcdserverpb::Lease::NewStub(member->channel);
+  return member;
+}
+
+EtcdClient::InUse EtcdClient::Current() const {
+  absl::MutexLock lock(&mu_);
+  return {.index = current_, .member = members_[current_]};
+}
+
+void EtcdClient::Failed(size_t index) {
+  auto fresh = Connect(options_.endpoints[index]);
+  absl::MutexLock lock(&mu_);
+  members_[index] = std::move(fresh);
+  if (current_ != index || members_.size() == 1) return;
+  current_ = (index + 1) % members_.size();
+  spdlog::warn("etcd {} failed; moving on to {}", options_.endpoints[index],
+               options_.endpoints[current_]);
+}
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> EtcdClient::Unary(const char* method, const Call& call) {
+  std::vector<std::string> unavailable;
+  for (size_t attempt = 0; attempt < options_.endpoints.size(); ++attempt) {
+    const InUse in_use = Current();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+    Response response;
+    const grpc::Status status = call(*in_use.member, &context, &response);
+    if (status.ok()) return response;
+    const std::string what = absl::StrCat("etcd ", method, " on ", in_use.member->endpoint, ": ",
+                                          status.error_message());
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      Failed(in_use.index);
+      unavailable.push_back(what);
+      continue;
+    }
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Failed(in_use.index);
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), what);
+  }
+  return absl::UnavailableError(absl::StrJoin(unavailable, "; "));
+}
+
+absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(
+    const etcdserverpb::RangeRequest& request) {
+  return Unary<etcdserverpb::RangeResponse>("Range", [&](const Member& m, auto* ctx, auto* out) {
+    return m.kv->Range(ctx, request, out);
+  });
+}
+
+absl::StatusOr<etcdserverpb::PutResponse> EtcdClient::Put(const etcdserverpb::PutRequest& request) {
+  return Unary<etcdserverpb::PutResponse>(
+      "Put", [&](const Member& m, auto* ctx, auto* out) { return m.kv->Put(ctx, request, out); });
+}
+
+absl::StatusOr<etcdserverpb::DeleteRangeResponse> EtcdClient::DeleteRange(
+    const etcdserverpb::DeleteRangeRequest& request) {
+  return Unary<etcdserverpb::DeleteRangeResponse>(
+      "DeleteRange",
+      [&](const Member& m, auto* ctx, auto* out) { return m.kv->DeleteRange(ctx, request, out); });
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const etcdserverpb::TxnRequest& request) {
+  return Unary<etcdserverpb::TxnResponse>(
+      "Txn", [&](const Member& m, auto* ctx, auto* out) { return m.kv->Txn(ctx, request, out); });
+}
+
+absl::StatusOr<etcdserverpb::CompactionResponse> EtcdClient::Compact(
+    const etcdserverpb::CompactionRequest& request) {
+  return Unary<etcdserverpb::CompactionResponse>(
+      "Compact",
+      [&](const Member& m, auto* ctx, auto* out) { return m.kv->Compact(ctx, request, out); });
+}
+
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> EtcdClient::LeaseGrant(
+    const etcdserverpb::LeaseGrantRequest& request) {
+  return Unary<etcdserverpb::LeaseGrantResponse>("LeaseGrant",
+                                                 [&](const Member& m, auto* ctx, auto* out) {
+                                                   return m.lease->LeaseGrant(ctx, request, out);
+                                                 });
+}
+
+absl::StatusOr<etcdserverpb::LeaseRevokeResponse> EtcdClient::LeaseRevoke(
+    const etcdserverpb::LeaseRevokeRequest& request) {
+  return Unary<etcdserverpb::LeaseRevokeResponse>("LeaseRevoke",
+                                                  [&](const Member& m, auto* ctx, auto* out) {
+                                                    return m.lease->LeaseRevoke(ctx, request, out);
+                                                  });
+}
+
+absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> EtcdClient::LeaseTimeToLive(
+    const etcdserverpb::LeaseTimeToLiveRequest& request) {
+  return Unary<etcdserverpb::LeaseTimeToLiveResponse>(
+      "LeaseTimeToLive", [&](const Member& m, auto* ctx, auto* out) {
+        return m.lease->LeaseTimeToLive(ctx, request, out);
+      });
+}
+
+absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
+                                         bool keys_only, int64_t page_size) {
+  PrefixListing listing;
+  etcdserverpb::RangeRequest request;
+  request.set_key(prefix);
+  request.set_range_end(PrefixRangeEnd(prefix));
+  request.set_limit(page_size);
+  request.set_keys_only(keys_only);
+  while (true) {
+    auto page = client.Range(request);
+    if (!page.ok()) return page.status();
+    // Every later page at the first one's revision: one snapshot.
+    if (listing.revision == 0) {
+      listing.revision = page->header().revision();
+      request.set_revision(listing.revision);
+    }
+    for (auto& kv : *page->mutable_kvs()) listing.kvs.push_back(std::move(kv));
+    if (!page->more() || page->kvs().empty()) return listing;
+    // Pages come in key order: the next one starts just past this one's last key.
+    request.set_key(listing.kvs.back().key() + '\0');
+  }
+}
+
+}  // namespace controller
