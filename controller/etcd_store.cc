@@ -49,10 +49,10 @@ const etcdserverpb::RangeResponse& Read(const etcdserverpb::TxnResponse& respons
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(std::shared_ptr<EtcdClient> client,
+absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(std::shared_ptr<etcd::EtcdClient> client,
                                                            std::string prefix) {
   std::unique_ptr<EtcdStore> store(new EtcdStore(std::move(client), std::move(prefix)));
-  auto listing = ListPrefix(*store->client_, store->records_prefix_, /*keys_only=*/true);
+  auto listing = etcd::ListPrefix(*store->client_, store->records_prefix_, /*keys_only=*/true);
   if (!listing.ok()) return listing.status();
   absl::MutexLock lock(&store->mu_);
   store->opened_revision_ = listing->revision;
@@ -99,7 +99,7 @@ absl::StatusOr<ShareRecord> EtcdStore::Get(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<ShareRecord>> EtcdStore::List() {
-  auto listing = ListPrefix(*client_, records_prefix_, /*keys_only=*/false);
+  auto listing = etcd::ListPrefix(*client_, records_prefix_, /*keys_only=*/false);
   if (!listing.ok()) return listing.status();
   std::vector<ShareRecord> records;
   records.reserve(listing->kvs.size());

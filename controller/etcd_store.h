@@ -15,10 +15,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "controller/etcd_client.h"
 #include "controller/etcd_watcher.h"
 #include "controller/listeners.h"
 #include "controller/store.h"
+#include "etcd/client.h"
 
 namespace controller {
 
@@ -43,7 +43,7 @@ class EtcdStore final : public Store {
  public:
   // Lists the records' keys (the watch starts after that revision).
   // UNAVAILABLE when no member answers.
-  static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(std::shared_ptr<EtcdClient> client,
+  static absl::StatusOr<std::unique_ptr<EtcdStore>> Open(std::shared_ptr<etcd::EtcdClient> client,
                                                          std::string prefix);
   // Stops the watcher: no listener is called after.
   ~EtcdStore() override;
@@ -63,12 +63,12 @@ class EtcdStore final : public Store {
   void SetWriteGuard(std::optional<WriteGuard> guard);
 
   // The connection, shared with what else uses this etcd (leader election).
-  const std::shared_ptr<EtcdClient>& client() const { return client_; }
+  const std::shared_ptr<etcd::EtcdClient>& client() const { return client_; }
   // The member the watch stream is open on; "" when none. For logs and tests.
   std::string WatchEndpoint() const;
 
  private:
-  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
+  EtcdStore(std::shared_ptr<etcd::EtcdClient> client, std::string prefix)
       : client_(std::move(client)), records_prefix_(std::move(prefix) + "/shares/") {}
 
   std::string Key(const std::string& name) const { return records_prefix_ + name; }
@@ -78,7 +78,7 @@ class EtcdStore final : public Store {
   // answer, the failure's reads after the guard's.
   absl::StatusOr<etcdserverpb::TxnResponse> GuardedTxn(etcdserverpb::TxnRequest txn);
 
-  const std::shared_ptr<EtcdClient> client_;
+  const std::shared_ptr<etcd::EtcdClient> client_;
   const std::string records_prefix_;
   Listeners listeners_;
 

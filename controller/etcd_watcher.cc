@@ -15,7 +15,7 @@ constexpr std::chrono::milliseconds kStopCheck{100};
 
 }  // namespace
 
-EtcdWatcher::EtcdWatcher(EtcdClient& client, std::string prefix, int64_t start_revision,
+EtcdWatcher::EtcdWatcher(etcd::EtcdClient& client, std::string prefix, int64_t start_revision,
                          std::set<std::string> known, OnChange on_change)
     : client_(client),
       prefix_(std::move(prefix)),
@@ -53,7 +53,7 @@ void EtcdWatcher::Run() {
     StreamEnd end = StreamEnd::kFailed;
     bool created = false;
     if (!relist) {
-      const EtcdClient::InUse in_use = client_.Current();
+      const etcd::EtcdClient::InUse in_use = client_.Current();
       end = Follow(*in_use.member, created);
       if (end == StreamEnd::kStopped) return;
       if (end == StreamEnd::kCompacted) {
@@ -68,7 +68,7 @@ void EtcdWatcher::Run() {
   }
 }
 
-bool EtcdWatcher::Connect(const EtcdClient::Member& member) {
+bool EtcdWatcher::Connect(const etcd::EtcdClient::Member& member) {
   // A stream has no deadline: one opened on a member that never answers
   // (starting, hung) would wait for good. Connected first, within the calls'.
   const auto deadline = std::chrono::system_clock::now() + client_.options().call_timeout;
@@ -83,7 +83,7 @@ bool EtcdWatcher::Connect(const EtcdClient::Member& member) {
   return false;
 }
 
-EtcdWatcher::StreamEnd EtcdWatcher::Follow(const EtcdClient::Member& member, bool& created) {
+EtcdWatcher::StreamEnd EtcdWatcher::Follow(const etcd::EtcdClient::Member& member, bool& created) {
   {
     absl::MutexLock lock(&mu_);
     endpoint_ = member.endpoint;
@@ -97,7 +97,7 @@ EtcdWatcher::StreamEnd EtcdWatcher::Follow(const EtcdClient::Member& member, boo
     return StreamEnd::kFailed;
   }
   grpc::ClientContext context;
-  context.AddMetadata(kRequireLeaderKey, kRequireLeaderValue);
+  context.AddMetadata(etcd::kRequireLeaderKey, etcd::kRequireLeaderValue);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return StreamEnd::kStopped;
@@ -107,7 +107,7 @@ EtcdWatcher::StreamEnd EtcdWatcher::Follow(const EtcdClient::Member& member, boo
   etcdserverpb::WatchRequest request;
   auto& create = *request.mutable_create_request();
   create.set_key(prefix_);
-  create.set_range_end(PrefixRangeEnd(prefix_));
+  create.set_range_end(etcd::PrefixRangeEnd(prefix_));
   create.set_start_revision(next_revision_);
   StreamEnd end = StreamEnd::kFailed;
   etcdserverpb::WatchResponse response;
@@ -158,7 +158,7 @@ void EtcdWatcher::Report(const std::string& key, bool deleted) {
 }
 
 bool EtcdWatcher::Relist() {
-  auto listing = ListPrefix(client_, prefix_, /*keys_only=*/true);
+  auto listing = etcd::ListPrefix(client_, prefix_, /*keys_only=*/true);
   if (!listing.ok()) {
     spdlog::warn("etcd: cannot list {} after a compaction: {}", prefix_,
                  listing.status().message());

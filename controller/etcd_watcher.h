@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "controller/etcd_client.h"
+#include "etcd/client.h"
 
 namespace controller {
 
@@ -25,7 +25,7 @@ class EtcdWatcher {
   // Calls `on_change` (on the watcher's thread, in revision order) with the
   // key of every change under `prefix` from `start_revision` on; `known` are
   // the keys there just before it. `client` must outlive the watcher.
-  EtcdWatcher(EtcdClient& client, std::string prefix, int64_t start_revision,
+  EtcdWatcher(etcd::EtcdClient& client, std::string prefix, int64_t start_revision,
               std::set<std::string> known, OnChange on_change);
   // Ends the stream and joins the thread: no call to `on_change` after.
   ~EtcdWatcher();
@@ -40,10 +40,10 @@ class EtcdWatcher {
   void Run();
   // One stream on `member`, until it ends. `created`: the server accepted
   // the watch (the backoff starts over).
-  StreamEnd Follow(const EtcdClient::Member& member, bool& created);
+  StreamEnd Follow(const etcd::EtcdClient::Member& member, bool& created);
   // Waits until `member`'s channel is connected; false when it is not within
   // the calls' deadline, or the watcher is stopping.
-  bool Connect(const EtcdClient::Member& member);
+  bool Connect(const etcd::EtcdClient::Member& member);
   void Report(const std::string& key, bool deleted);
   // Lists the prefix and reports every key (see above). False when the
   // listing failed (retried after a backoff).
@@ -51,7 +51,7 @@ class EtcdWatcher {
   // Waits `delay` unless stopped first; false when stopped.
   bool Sleep(std::chrono::milliseconds delay);
 
-  EtcdClient& client_;
+  etcd::EtcdClient& client_;
   const std::string prefix_;
   const OnChange on_change_;
   // The watcher's thread's alone.

@@ -176,9 +176,9 @@ int main(int argc, char** argv) {
     std::cerr << "share-controller: " << v.message() << "\n";
     return 2;
   }
-  std::optional<controller::EtcdUrl> etcd_url;
+  std::optional<etcd::EtcdUrl> etcd_url;
   if (!store_url.empty()) {
-    auto parsed = controller::ParseEtcdUrl(store_url);
+    auto parsed = etcd::ParseEtcdUrl(store_url);
     if (!parsed.ok()) {
       std::cerr << "share-controller: --store: " << parsed.status().message() << "\n";
       return 2;
@@ -255,9 +255,9 @@ int main(int argc, char** argv) {
   } printed;
   std::unique_ptr<controller::Store> store;
   if (etcd_url) {
-    auto client = controller::EtcdClient::Create({.endpoints = etcd_url->endpoints,
-                                                  .call_timeout = etcd_call_timeout,
-                                                  .security = *etcd_security});
+    auto client = etcd::EtcdClient::Create({.endpoints = etcd_url->endpoints,
+                                            .call_timeout = etcd_call_timeout,
+                                            .security = *etcd_security});
     auto opened = client.ok() ? controller::EtcdStore::Open(*std::move(client), etcd_url->prefix)
                               : client.status();
     if (!opened.ok()) {

@@ -178,7 +178,9 @@ void CappedListener::Run(grpc::Server* server) {
     }
     connections_ = std::move(open);
     if ((fds[1].revents & POLLIN) != 0) {
-      while (AcceptOne(server)) {
+      // At most one round of the cap per poll: a flood that never lets
+      // accept4 run dry must not keep Stop (and ended connections) unseen.
+      for (size_t i = 0; i < options_.max_connections && AcceptOne(server); ++i) {
       }
     }
     Publish();

@@ -24,12 +24,13 @@ using store_contract::Same;
 using testing_support::EtcdCluster;
 using testing_support::RequireOk;
 
-std::shared_ptr<EtcdClient> Client(std::vector<std::string> endpoints,
-                                   base::ClientSecurity security = {}) {
-  return RequireOk(EtcdClient::Create({.endpoints = std::move(endpoints), .security = security}));
+std::shared_ptr<etcd::EtcdClient> Client(std::vector<std::string> endpoints,
+                                         base::ClientSecurity security = {}) {
+  return RequireOk(
+      etcd::EtcdClient::Create({.endpoints = std::move(endpoints), .security = security}));
 }
 
-std::unique_ptr<EtcdStore> OpenStore(std::shared_ptr<EtcdClient> client) {
+std::unique_ptr<EtcdStore> OpenStore(std::shared_ptr<etcd::EtcdClient> client) {
   return RequireOk(EtcdStore::Open(std::move(client), "/test"));
 }
 
@@ -39,7 +40,7 @@ struct EtcdStoreFixture {
   Store& store() { return *etcd; }
 };
 
-int64_t Revision(EtcdClient& client) {
+int64_t Revision(etcd::EtcdClient& client) {
   etcdserverpb::RangeRequest request;
   request.set_key("any");
   return RequireOk(client.Range(request)).header().revision();

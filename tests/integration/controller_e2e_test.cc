@@ -627,7 +627,7 @@ TEST_CASE("share-controller --store etcd://... keeps the share records in etcd")
     REQUIRE_MESSAGE(exit.has_value(), ctl.output());
     CHECK(exit->ShellCode() == 0);
   }
-  auto client = RequireOk(EtcdClient::Create({.endpoints = etcd.endpoints()}));
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = etcd.endpoints()}));
   auto store = RequireOk(EtcdStore::Open(std::move(client), "/ctl"));
   const auto record = RequireOk(store->Get("vol-cli"));
   CHECK(record.status().epoch() == 1);

@@ -24,7 +24,7 @@
 #include "base/tls.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
-namespace controller {
+namespace etcd {
 
 struct EtcdOptions {
   // HOST:PORT of each member's client URL, tried in this order.
@@ -133,4 +133,4 @@ struct PrefixListing {
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
                                          bool keys_only, int64_t page_size = 500);
 
-}  // namespace controller
+}  // namespace etcd

@@ -1,4 +1,4 @@
-#include "controller/etcd_client.h"
+#include "etcd/client.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace controller {
+namespace etcd {
 namespace {
 
 // etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time)
@@ -214,4 +214,4 @@ absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& 
   }
 }
 
-}  // namespace controller
+}  // namespace etcd

@@ -1,10 +1,10 @@
-#include "controller/etcd_client.h"
+#include "etcd/client.h"
 
 #include <doctest/doctest.h>
 
 #include "tests/support/require_ok.h"
 
-namespace controller {
+namespace etcd {
 namespace {
 
 using testing_support::RequireOk;
@@ -42,4 +42,4 @@ TEST_CASE("an etcd client needs an endpoint, each HOST:PORT") {
   CHECK(EtcdClient::Create({.endpoints = {"127.0.0.1:1"}}).ok());
 }
 
-}  // namespace controller
+}  // namespace etcd

@@ -2,11 +2,11 @@
 // leases as leader election and share-manager leases use them.
 #include <doctest/doctest.h>
 
-#include "controller/etcd_client.h"
+#include "etcd/client.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/require_ok.h"
 
-namespace controller {
+namespace etcd {
 namespace {
 
 using testing_support::RequireOk;
@@ -87,4 +87,4 @@ TEST_CASE("etcd: a prefix listed a page at a time holds every key under it, in o
   }
 }
 
-}  // namespace controller
+}  // namespace etcd
