@@ -6,8 +6,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "base/validate.h"
+#include "etcd/client.h"
 #include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
@@ -43,23 +43,6 @@ absl::Status ValidateListen(absl::string_view flag, const std::string& listen) {
   return base::ValidateIpAddress(flag, host);
 }
 
-// TODO(merge wip-c): the etcd client's own endpoint check.
-absl::StatusOr<std::vector<std::string>> ParseEtcdEndpoints(absl::string_view flag,
-                                                            const std::string& list) {
-  std::vector<std::string> endpoints;
-  for (absl::string_view endpoint : absl::StrSplit(list, ',')) {
-    const auto colon = endpoint.rfind(':');
-    int64_t port = 0;
-    if (colon == absl::string_view::npos || colon == 0 ||
-        !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port < 1 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " '", endpoint, "' is not HOST:PORT[,HOST:PORT...]"));
-    }
-    endpoints.emplace_back(endpoint);
-  }
-  return endpoints;
-}
-
 // --lease-*: the serving lease, or nullopt without --lease-etcd.
 absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
                                                         Duration start_timeout) {
@@ -78,9 +61,16 @@ absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
         "takes it over");
   }
   LeaseConfig lease{.volume = f.volume};
-  auto endpoints = ParseEtcdEndpoints("--lease-etcd", f.lease_etcd);
-  if (!endpoints.ok()) return endpoints.status();
-  lease.endpoints = *std::move(endpoints);
+  // The etcd client's own check of its members, as the controller's --store takes them.
+  auto url = etcd::ParseEtcdUrl(absl::StrCat("etcd://", f.lease_etcd));
+  if (!url.ok() || !url->prefix.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lease-etcd '", f.lease_etcd,
+                     "' must be HOST:PORT[,HOST:PORT...] (the prefix is "
+                     "--lease-prefix)",
+                     url.ok() ? "" : ": ", url.ok() ? "" : url.status().message()));
+  }
+  lease.endpoints = std::move(url->endpoints);
   lease.prefix = f.lease_prefix.empty() ? kDefaultLeasePrefix : f.lease_prefix;
   if (auto s = base::ValidateOption("--lease-prefix", lease.prefix, " "); !s.ok()) return s;
   if (lease.prefix.front() != '/') {

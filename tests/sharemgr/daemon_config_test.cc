@@ -160,9 +160,10 @@ TEST_CASE("serving lease flags that cannot work are refused, naming the flag") {
   };
   const Case cases[] = {
       {[](DaemonFlags& f) { f.epoch = 0; }, "--lease-etcd needs --epoch N > 0"},
-      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1"; }, "--lease-etcd '127.0.0.1'"},
-      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:1,"; }, "--lease-etcd ''"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1"; }, "--lease-etcd '127.0.0.1' must be"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:1,"; }, "--lease-etcd '127.0.0.1:1,'"},
       {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:0"; }, "--lease-etcd '127.0.0.1:0'"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:1/p"; }, "(the prefix is --lease-prefix)"},
       {[](DaemonFlags& f) { f.lease_ttl = "1s"; }, "--lease-ttl must be at least 2s"},
       {[](DaemonFlags& f) { f.lease_ttl = "301s"; }, "--lease-ttl must be whole seconds"},
       {[](DaemonFlags& f) { f.lease_ttl = "2.5s"; }, "--lease-ttl must be whole seconds"},
