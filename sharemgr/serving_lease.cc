@@ -278,6 +278,9 @@ TimePoint ServingLease::StepRenew(TimePoint now) {
   // until now + TTL on the store's clock.
   valid_until_ = now + granted - LeaseFenceMargin(options_.ttl);
   next_renewal_ = now + LeaseRenewInterval(options_.ttl);
+  spdlog::debug("serving lease renewed (answered in {}); valid {} more",
+                base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
+                base::FormatDuration(std::chrono::duration_cast<Duration>(*valid_until_ - after)));
   return std::min(next_renewal_, *valid_until_);
 }
 
