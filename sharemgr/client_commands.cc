@@ -103,6 +103,13 @@ std::string Describe(const v1::ShareStatus& s) {
     absl::StrAppend(&out, "last exit:       ", s.last_exit().description(), " at ",
                     FormatUnixMs(s.last_exit().unix_ms()), "\n");
   }
+  if (s.has_lease()) {
+    absl::StrAppend(&out, "lease:           ", s.lease().key(),
+                    s.lease().held()
+                        ? absl::StrCat(" held, valid ", ms(s.lease().valid_for_ms()), " more")
+                        : " not held",
+                    "\n");
+  }
   absl::StrAppend(&out, "remount gen:     ", s.remount_generation(), "\n",
                   "epoch:           ", s.epoch(), "\n", "uptime:          ", ms(s.uptime_ms()),
                   "\n");

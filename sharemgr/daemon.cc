@@ -12,6 +12,7 @@
 #include "base/fmt_absl.h"
 #include "base/open_file_limit.h"
 #include "base/tls.h"
+#include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/unix_socket.h"
 
@@ -170,6 +171,16 @@ ShareCommands Daemon::Commands() {
                                               .count()));
               }
             }
+            if (lease_ && s.lease().held()) {
+              const auto until = lease_->valid_until();
+              const auto now = clock_.Now();
+              s.mutable_lease()->set_valid_for_ms(
+                  until && *until > now
+                      ? static_cast<uint64_t>(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(*until - now)
+                                .count())
+                      : 0);
+            }
           },
   };
   if (!config_.volume) {
@@ -197,6 +208,10 @@ void Daemon::FillShare(v1::ShareStatus& s) const {
     s.set_read_only(export_probe_.directory_read_only());
   }
   if (monitor_) monitor_->Fill(s);
+  if (config_.lease) {
+    s.mutable_lease()->set_key(LeaseKey(*config_.lease));
+    s.mutable_lease()->set_held(lease_ && !lease_lost_ && lease_->valid_until().has_value());
+  }
 }
 
 void Daemon::PublishShare() {
@@ -391,6 +406,54 @@ void Daemon::OnVolumePrepared(const absl::Status& status) {
   monitor_->Start();
 }
 
+void Daemon::BeginServing() {
+  if (owner_) {
+    // Signals are handled from here on: a SIGTERM during the device wait or
+    // the start-up check stops it cleanly (the check gets SIGTERM, never SIGKILL).
+    sup_->Hold("preparing the volume");
+    owner_->Prepare([this](absl::Status status) {
+      loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
+    });
+  } else {
+    StartGanesha();
+  }
+}
+
+void Daemon::OnLeaseTaken() {
+  // Stopped or failed while the lease was being taken: nothing to serve.
+  if (lease_lost_ || sup_->outcome() || sup_->status().state != State::kStarting) return;
+  CheckLease();
+  PublishShare();
+  BeginServing();
+}
+
+void Daemon::CheckLease() {
+  if (lease_lost_) return;
+  const auto until = lease_->valid_until();
+  // Not held: the keeper lost it, and its hook (posted already) fences with the reason.
+  if (!until) return;
+  const auto now = clock_.Now();
+  if (now >= *until) {
+    FenceLease(absl::StrCat("no renewal confirmed within ",
+                            base::FormatDuration(config_.lease->options.ttl -
+                                                 LeaseFenceMargin(config_.lease->options.ttl)),
+                            " of the last one sent (TTL minus the fence margin)"));
+    return;
+  }
+  lease_timer_->Arm(std::chrono::ceil<base::Duration>(*until - now));
+}
+
+void Daemon::FenceLease(const std::string& why) {
+  if (lease_lost_) return;
+  lease_lost_ = true;
+  lease_timer_->Disarm();
+  const std::string reason = absl::StrCat("lease lost: ", why);
+  // ganesha first: it must stop answering NFS now, before any file I/O here.
+  sup_->Fail(reason, supervisor::Supervisor::StopSignal::kKill);
+  share_.Fence(reason);
+  PublishShare();
+}
+
 void Daemon::StartGanesha() {
   sup_->Start();
   PublishShare();
@@ -412,9 +475,31 @@ int Daemon::Run() {
     spdlog::error("{}", status.message());
     return kExitStartup;
   }
+  const std::string waiting_for_lease =
+      config_.lease ? absl::StrCat("waiting for the serving lease of epoch ", config_.limits.epoch)
+                    : "";
+  if (config_.lease) {
+    auto backend = MakeEtcdLeaseBackend(*config_.lease, clock_);
+    if (!backend.ok()) {
+      spdlog::error("--lease-etcd: {}", backend.status().message());
+      return kExitBadInput;
+    }
+    lease_backend_ = *std::move(backend);
+    lease_timer_.emplace(loop_, [this] { CheckLease(); });
+    // The keeper's thread hands everything to the loop.
+    lease_.emplace(
+        *lease_backend_, clock_, config_.lease->options,
+        ServingLease::Hooks{
+            .taken = [this] { loop_.Post([this] { OnLeaseTaken(); }); },
+            .lost =
+                [this](const std::string& why) { loop_.Post([this, why] { FenceLease(why); }); },
+        });
+  }
   board_.Update([&](v1::ShareStatus& s) {
     s.set_state(v1::STARTING);
-    s.set_reason(owner_ ? "preparing the volume" : "starting ganesha");
+    s.set_reason(config_.lease ? waiting_for_lease
+                 : owner_      ? "preparing the volume"
+                               : "starting ganesha");
     s.set_epoch(config_.limits.epoch);
     s.set_pod_uid(config_.pod_uid);
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
@@ -432,15 +517,14 @@ int Daemon::Run() {
       [this](base::Duration timeout) { return export_probe_.Probe(timeout); },
       [this] { return share_.CheckReady(); }, clock_);
   sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
-  if (owner_) {
-    // Signals are handled from here on: a SIGTERM during the device wait or
-    // the start-up check stops it cleanly (the check gets SIGTERM, never SIGKILL).
-    sup_->Hold("preparing the volume");
-    owner_->Prepare([this](absl::Status status) {
-      loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
-    });
+  if (lease_) {
+    // Nothing of the volume is touched (no fsck, no mount) before the lease
+    // is held: an older holder may still be using it. A SIGTERM meanwhile
+    // stops the wait.
+    sup_->Hold(waiting_for_lease);
+    lease_->Start();
   } else {
-    StartGanesha();
+    BeginServing();
   }
   loop_.Run();
   return Shutdown();
@@ -466,6 +550,17 @@ int Daemon::Shutdown() {
   // what runs (a check gets SIGTERM and is waited for), then unmounts.
   if (owner_ && !owner_->Stop(config_.supervisor.stop_timeout)) stuck_ = true;
   if (!config_.socket.empty()) unlink(config_.socket.c_str());
+  // The lease last, once nothing of the volume is in use here: revoked, so
+  // the replacement need not wait out the TTL. A device stuck in the kernel
+  // may still be mounted: then the lease just expires.
+  if (lease_) {
+    lease_->Stop(stuck_ ? ServingLease::StopMode::kLetExpire : ServingLease::StopMode::kRevoke)
+        .IgnoreError();
+  }
+  if (lease_lost_) {
+    spdlog::error("exiting with code {}: {}", kExitLeaseLost, board_.Snapshot().reason());
+    return kExitLeaseLost;
+  }
   if (volume_failed_) {
     spdlog::error("exiting with code {}: {}", kExitVolume, board_.Snapshot().reason());
     return kExitVolume;

@@ -18,6 +18,7 @@
 #include "sharemgr/health_check_only_service.h"
 #include "sharemgr/health_publisher.h"
 #include "sharemgr/longhorn_service.h"
+#include "sharemgr/serving_lease.h"
 #include "sharemgr/share.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/status_board.h"
@@ -47,6 +48,14 @@ class Daemon {
   // Loop thread unless said otherwise.
   absl::Status StartGrpc();
   absl::Status StartHealthServer();
+  // Prepares the volume (if any) and starts ganesha: at once without a
+  // serving lease, once it is taken with one.
+  void BeginServing();
+  void OnLeaseTaken();
+  // Fences when valid_until has passed, else re-arms lease_timer_ for it.
+  void CheckLease();
+  // The lease is lost: ganesha SIGKILLed, the export withdrawn, FAILED, exit 6.
+  void FenceLease(const std::string& why);
   void OnVolumePrepared(const absl::Status& status);
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
@@ -81,6 +90,13 @@ class Daemon {
   std::unique_ptr<CappedListener> health_listener_;
   std::optional<HealthPublisher> health_;
   std::thread server_stopper_;
+  // The serving lease (--lease-etcd): its store, its keeper (whose thread
+  // posts to loop_), and the loop's own timer at valid_until, which fences
+  // even while the keeper waits on a store call.
+  std::unique_ptr<LeaseBackend> lease_backend_;
+  std::optional<ServingLease> lease_;
+  std::optional<supervisor::Timer> lease_timer_;
+  bool lease_lost_ = false;
   bool volume_failed_ = false;
   bool stuck_ = false;
 };

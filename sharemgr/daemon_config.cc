@@ -1,10 +1,13 @@
 #include "sharemgr/daemon_config.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/validate.h"
+#include "etcd/client.h"
 #include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
@@ -38,6 +41,79 @@ absl::Status ValidateListen(absl::string_view flag, const std::string& listen) {
   }
   if (host.empty() || host == "localhost") return absl::OkStatus();
   return base::ValidateIpAddress(flag, host);
+}
+
+// --lease-*: the serving lease, or nullopt without --lease-etcd.
+absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
+                                                        Duration start_timeout) {
+  if (f.lease_etcd.empty()) {
+    for (const auto& [flag, value] :
+         {std::pair{"--lease-prefix", &f.lease_prefix}, std::pair{"--lease-ttl", &f.lease_ttl},
+          std::pair{"--lease-drift-margin", &f.lease_drift_margin}}) {
+      if (!value->empty())
+        return absl::InvalidArgumentError(absl::StrCat(flag, " needs --lease-etcd"));
+    }
+    return std::nullopt;
+  }
+  if (f.epoch == 0) {
+    return absl::InvalidArgumentError(
+        "--lease-etcd needs --epoch N > 0: the lease is taken under that epoch, and a newer one "
+        "takes it over");
+  }
+  LeaseConfig lease{.volume = f.volume};
+  // The etcd client's own check of its members, as the controller's --store takes them.
+  auto url = etcd::ParseEtcdUrl(absl::StrCat("etcd://", f.lease_etcd));
+  if (!url.ok() || !url->prefix.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lease-etcd '", f.lease_etcd,
+                     "' must be HOST:PORT[,HOST:PORT...] (the prefix is "
+                     "--lease-prefix)",
+                     url.ok() ? "" : ": ", url.ok() ? "" : url.status().message()));
+  }
+  lease.endpoints = std::move(url->endpoints);
+  lease.prefix = f.lease_prefix.empty() ? kDefaultLeasePrefix : f.lease_prefix;
+  if (auto s = base::ValidateOption("--lease-prefix", lease.prefix, " "); !s.ok()) return s;
+  if (lease.prefix.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lease-prefix '", lease.prefix, "' must start with '/'"));
+  }
+  while (!lease.prefix.empty() && lease.prefix.back() == '/') lease.prefix.pop_back();
+
+  Duration ttl = kDefaultLeaseTtl;
+  if (!f.lease_ttl.empty()) {
+    auto parsed = FlagDuration("--lease-ttl", f.lease_ttl, kMinLeaseTtl);
+    if (!parsed.ok()) return parsed.status();
+    ttl = *parsed;
+  }
+  if (ttl > kMaxLeaseTtl || ttl.count() % 1000 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lease-ttl must be whole seconds (etcd counts its leases in seconds) "
+        "between ",
+        base::FormatDuration(kMinLeaseTtl), " and ", base::FormatDuration(kMaxLeaseTtl)));
+  }
+  Duration drift = DefaultLeaseDriftMargin(ttl);
+  if (!f.lease_drift_margin.empty()) {
+    auto parsed = FlagDuration("--lease-drift-margin", f.lease_drift_margin, Duration(0));
+    if (!parsed.ok()) return parsed.status();
+    if (*parsed > ttl) {
+      return absl::InvalidArgumentError("--lease-drift-margin must not exceed --lease-ttl");
+    }
+    drift = *parsed;
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+    return absl::InternalError("cannot read this host's name for the lease holder");
+  }
+  lease.holder = host;
+  lease.options = ServingLeaseOptions{
+      .epoch = f.epoch,
+      .ttl = ttl,
+      .drift_margin = drift,
+      // An older holder that died is gone within its TTL (plus the margin);
+      // then the start itself.
+      .acquire_timeout = ttl + drift + start_timeout,
+  };
+  return lease;
 }
 
 std::string ProbeHost(const std::string& bind) {
@@ -116,6 +192,19 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--max-connection-age", f.max_connection_age,
                  "How long a gRPC connection may live before the server ends it")
       ->group("");  // hidden: for tests; the README's Security section says why it is there
+  app.add_option("--lease-etcd", f.lease_etcd,
+                 "Serve only while holding this volume's serving lease in etcd (members "
+                 "HOST:PORT[,HOST:PORT...]), taken under --epoch before anything is served; "
+                 "when it cannot be renewed in time, ganesha is killed and share-manager exits 6");
+  app.add_option("--lease-prefix", f.lease_prefix,
+                 "Key prefix P of the lease in etcd: P/leases/<volume>, P/epochs/<volume> "
+                 "(default /sharemgr)");
+  app.add_option("--lease-ttl", f.lease_ttl,
+                 "The lease's TTL, whole seconds from 2s to 5m; renewed every TTL/3, and "
+                 "serving stops max(500ms, TTL/5) before it could expire (default 10s)");
+  app.add_option("--lease-drift-margin", f.lease_drift_margin,
+                 "How long to wait after an older holder's lease is gone before taking it "
+                 "(default max(500ms, TTL/50))");
   app.add_option("--pod-uid", f.pod_uid,
                  "Instance id reported in the status (e.g. the Kubernetes pod UID), so a "
                  "controller can tell this share-manager from another on the same address");
@@ -292,6 +381,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                  "-L",          sup.log_file, "-p", absl::StrCat(*state_dir, "/ganesha.pid"),
                  "-N",          "NIV_EVENT"};
 
+  auto lease = ResolveLease(f, sup.start_timeout);
+  if (!lease.ok()) return lease.status();
+
   if (f.fsck_mode != "preen" && f.fsck_mode != "yes") {
     return absl::InvalidArgumentError(
         absl::StrCat("--fsck-mode must be preen or yes, not '", f.fsck_mode, "'"));
@@ -356,6 +448,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .volume_probe_interval = *volume_probe,
       .volume_owner = {.max_full_repairs = static_cast<int>(f.max_repairs),
                        .repair_window = *repair_window},
+      .lease = *std::move(lease),
   };
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "base/tls.h"
 #include "sharemgr/ganesha_config.h"
+#include "sharemgr/serving_lease.h"
 #include "sharemgr/share_service.h"
 #include "sharemgr/volume.h"
 #include "sharemgr/volume_owner.h"
@@ -76,9 +77,29 @@ struct DaemonFlags {
   int64_t max_changes = 8;
   // Not in --help: tests shorten it (see DaemonConfig::max_connection_age).
   std::string max_connection_age = "10m";
+  // The serving lease in etcd (issue #12); empty: none. The others are
+  // refused without --lease-etcd; empty means their default.
+  std::string lease_etcd;          // HOST:PORT[,HOST:PORT...]
+  std::string lease_prefix;        // /sharemgr
+  std::string lease_ttl;           // 10s
+  std::string lease_drift_margin;  // DefaultLeaseDriftMargin(TTL)
 };
 
 void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
+
+// Serve only while holding P/leases/<volume> in etcd under the epoch.
+struct LeaseConfig {
+  std::vector<std::string> endpoints;  // etcd members, HOST:PORT
+  std::string prefix;                  // "" or "/P", no trailing slash
+  std::string volume;
+  std::string holder;  // written beside the epoch: this host's name (the pod's)
+  ServingLeaseOptions options;
+};
+
+inline constexpr char kDefaultLeasePrefix[] = "/sharemgr";
+inline constexpr base::Duration kDefaultLeaseTtl{10'000};
+inline constexpr base::Duration kMinLeaseTtl{2'000};    // etcd's shortest with its defaults
+inline constexpr base::Duration kMaxLeaseTtl{300'000};  // 5 min
 
 struct DaemonConfig {
   GaneshaConfig ganesha;
@@ -103,6 +124,7 @@ struct DaemonConfig {
   std::optional<VolumeConfig> volume;
   base::Duration volume_probe_interval{1000};
   VolumeOwnerOptions volume_owner;
+  std::optional<LeaseConfig> lease;
   // Liveness fails once the supervisor loop (which wakes at least every
   // EventLoop::kHeartbeat) has been silent this long: it is stuck.
   base::Duration loop_stall_limit{3000};

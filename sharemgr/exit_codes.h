@@ -12,6 +12,9 @@ inline constexpr int kExitBadInput = 2;       // invalid flags; nothing was star
 inline constexpr int kExitGaneshaFailed = 3;  // ganesha's death budget spent (state FAILED)
 inline constexpr int kExitStartup = 4;        // cannot listen, or state/export dir unusable
 inline constexpr int kExitVolume = 5;         // the block device cannot be used or repaired
+// The serving lease (--lease-etcd) was lost, or could not be taken (an epoch
+// superseded, an older holder that would not go): ganesha was killed.
+inline constexpr int kExitLeaseLost = 6;
 
 // client commands: status, watch, mount, unmount, probe
 inline constexpr int kClientOk = 0;           // success (probe: SERVING)

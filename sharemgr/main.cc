@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
       "daemon",
       "Serve the volume: export it with ganesha and supervise it.\n"
       "Exit codes: 0 stopped by SIGTERM/SIGINT, 1 internal error, 2 invalid flags,\n"
-      "3 ganesha died too often (FAILED), 4 cannot listen or use the state/export dir.");
+      "3 ganesha died too often (FAILED), 4 cannot listen or use the state/export dir,\n"
+      "5 the block device cannot be used or repaired, 6 the serving lease (--lease-etcd)\n"
+      "was lost or could not be taken.");
   sharemgr::AddDaemonFlags(*daemon, daemon_flags);
   daemon->add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

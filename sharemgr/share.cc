@@ -18,8 +18,9 @@ Share::Share(GaneshaConfig config, std::string config_path, std::function<void()
 absl::Status Share::WriteConfig() const {
   // Rendered anew at every start, and written on the loop thread: atomic for
   // ganesha's reread, without an fsync that a slow disk could stall.
-  return base::WriteFileAtomically(config_path_, config_.Render(exported_ && volume_available_),
-                                   0600, base::Durability::kReplaced);
+  return base::WriteFileAtomically(
+      config_path_, config_.Render(exported_ && volume_available_ && fenced_.empty()), 0600,
+      base::Durability::kReplaced);
 }
 
 void Share::SetVolumeAvailable(bool available) {
@@ -33,12 +34,23 @@ void Share::SetVolumeAvailable(bool available) {
   reload_();
 }
 
+void Share::Fence(const std::string& why) {
+  if (!fenced_.empty()) return;
+  fenced_ = why;
+  if (auto status = WriteConfig(); !status.ok()) {
+    spdlog::error("cannot rewrite ganesha.conf: {}", status.message());
+  }
+  spdlog::error("export {} withdrawn for good: {}", config_.pseudo_path(), why);
+  reload_();
+}
+
 void Share::CountRemount() {
   if (generation_ < std::numeric_limits<uint64_t>::max()) ++generation_;
   spdlog::info("volume repaired: remount generation {}", generation_);
 }
 
 absl::Status Share::CheckReady() {
+  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
   if (!exported_) return absl::UnavailableError("export withdrawn by Unmount");
   if (volume_ready_) {
     if (auto status = volume_ready_(); !status.ok()) return status;
@@ -48,6 +60,9 @@ absl::Status Share::CheckReady() {
 }
 
 absl::StatusOr<uint64_t> Share::Mount(uint64_t generation) {
+  if (!fenced_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("export withdrawn for good: ", fenced_));
+  }
   // A generation far ahead of the handled one is no remount request a controller
   // makes (it asks for one more than it saw acknowledged); taken, it would push
   // every later counter towards the wrap.
@@ -94,7 +109,7 @@ void Share::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_nfs_address(in.bind_address);
   status.set_nfs_port(static_cast<uint32_t>(in.nfs_port));
   status.set_pseudo_path(config_.pseudo_path());
-  status.set_exported(exported_);
+  status.set_exported(exported_ && fenced_.empty());
   status.set_remount_generation(generation_);
 }
 

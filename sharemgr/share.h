@@ -36,6 +36,9 @@ class Share {
   }
   // The volume is taken away from ganesha during a repair, and given back.
   void SetVolumeAvailable(bool available);
+  // The serving lease is lost: the export is withdrawn for good (Mount is
+  // refused from now on), so no ganesha of this process serves it again.
+  void Fence(const std::string& why);
   // A repair of the volume counts as one remount generation.
   void CountRemount();
 
@@ -59,6 +62,7 @@ class Share {
   std::function<absl::Status()> export_check_;
   bool exported_ = true;
   bool volume_available_ = true;
+  std::string fenced_;  // why, once fenced
   uint64_t generation_ = 0;
 };
 

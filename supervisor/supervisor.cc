@@ -86,7 +86,15 @@ void Supervisor::Unwatch(uint64_t& token) {
 }
 
 void Supervisor::Hold(std::string reason) {
-  if (held_) return;
+  if (held_) {
+    // Held for one reason (waiting for the serving lease), now for the next
+    // (preparing the volume).
+    if (!reason.empty() && !child_ && status_.state == State::kStarting) {
+      status_.reason = std::move(reason);
+      Publish();
+    }
+    return;
+  }
   held_ = true;
   const sigset_t set = SupervisedSignals();
   signal_fd_.reset(signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
@@ -371,13 +379,19 @@ void Supervisor::Stop(std::string reason) {
   stop_timer_.Arm(options_.stop_timeout);
 }
 
-void Supervisor::Fail(std::string reason) {
+void Supervisor::Fail(std::string reason, StopSignal how) {
+  if (how == StopSignal::kKill && child_) {
+    // Before anything else, and whatever the state: a graceful stop under
+    // way must not keep it answering for its stop timeout.
+    spdlog::error("SIGKILL to ganesha pid {}: {}", child_->pid(), reason);
+    child_->SignalGroup(SIGKILL);
+  }
   if (outcome_ || status_.state == State::kFailed || status_.state == State::kStopping) return;
   machine_.TransitionTo(State::kFailed, std::move(reason));
   Publish();
   restart_timer_.Disarm();
   probe_timer_.Disarm();
-  if (child_) {
+  if (child_ && how == StopSignal::kTerm) {
     child_->SignalGroup(SIGTERM);
     child_->SignalGroup(SIGCONT);
     stop_timer_.Arm(options_.stop_timeout);

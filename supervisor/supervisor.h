@@ -77,13 +77,19 @@ class Supervisor {
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
   // the run cleanly, and Fail() fails it. The loop quits once an Outcome is reached.
+  // Held already and not started yet, it only publishes the new reason.
   void Hold(std::string reason);
   // Hold (unless held already), then starts the child.
   void Start();
   void Stop(std::string reason);
-  // Gives up for a reason outside ganesha (e.g. the volume cannot be repaired):
-  // FAILED, ganesha stopped, the run ends after the linger.
-  void Fail(std::string reason);
+  enum class StopSignal {
+    kTerm,  // SIGTERM, SIGKILL after the stop timeout
+    kKill,  // SIGKILL at once, also while stopping: it must stop answering now
+  };
+  // Gives up for a reason outside ganesha (e.g. the volume cannot be repaired,
+  // the serving lease is lost): FAILED, ganesha stopped, the run ends after
+  // the linger.
+  void Fail(std::string reason, StopSignal how = StopSignal::kTerm);
   void SignalChild(int sig);
   // Re-evaluates readiness now (e.g. after the export changed).
   void Reevaluate();

@@ -113,6 +113,93 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
   }
 }
 
+TEST_CASE("the serving lease: off by default, and its defaults with --lease-etcd and --epoch") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK_FALSE(config->lease.has_value());
+
+  flags.lease_etcd = "127.0.0.1:23790,etcd-1.etcd:2379,[::1]:23791";
+  flags.epoch = 3;
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  REQUIRE(config->lease.has_value());
+  const auto& lease = *config->lease;
+  CHECK(lease.endpoints ==
+        std::vector<std::string>{"127.0.0.1:23790", "etcd-1.etcd:2379", "[::1]:23791"});
+  CHECK(lease.prefix == "/sharemgr");
+  CHECK(lease.volume == "pvc-1");
+  CHECK_FALSE(lease.holder.empty());
+  CHECK(lease.options.epoch == 3);
+  CHECK(lease.options.ttl == std::chrono::seconds(10));
+  CHECK(lease.options.drift_margin == std::chrono::milliseconds(500));
+  // TTL + drift margin (an older holder gone) + --start-timeout (30 s).
+  CHECK(lease.options.acquire_timeout == std::chrono::milliseconds(40'500));
+
+  flags.lease_prefix = "/deploy-a/";
+  flags.lease_ttl = "5m";
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->lease->prefix == "/deploy-a");
+  CHECK(config->lease->options.ttl == std::chrono::minutes(5));
+  CHECK(config->lease->options.drift_margin == std::chrono::seconds(6));  // TTL/50
+
+  flags.lease_ttl = "2s";
+  flags.lease_drift_margin = "0";
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->lease->options.ttl == std::chrono::seconds(2));
+  CHECK(config->lease->options.drift_margin == base::Duration(0));
+}
+
+TEST_CASE("serving lease flags that cannot work are refused, naming the flag") {
+  struct Case {
+    void (*mutate)(DaemonFlags&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](DaemonFlags& f) { f.epoch = 0; }, "--lease-etcd needs --epoch N > 0"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1"; }, "--lease-etcd '127.0.0.1' must be"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:1,"; }, "--lease-etcd '127.0.0.1:1,'"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:0"; }, "--lease-etcd '127.0.0.1:0'"},
+      {[](DaemonFlags& f) { f.lease_etcd = "127.0.0.1:1/p"; }, "(the prefix is --lease-prefix)"},
+      {[](DaemonFlags& f) { f.lease_ttl = "1s"; }, "--lease-ttl must be at least 2s"},
+      {[](DaemonFlags& f) { f.lease_ttl = "301s"; }, "--lease-ttl must be whole seconds"},
+      {[](DaemonFlags& f) { f.lease_ttl = "2.5s"; }, "--lease-ttl must be whole seconds"},
+      {[](DaemonFlags& f) { f.lease_ttl = "often"; }, "--lease-ttl"},
+      {[](DaemonFlags& f) { f.lease_drift_margin = "11s"; }, "--lease-drift-margin must not"},
+      {[](DaemonFlags& f) { f.lease_prefix = "sharemgr"; }, "--lease-prefix 'sharemgr' must"},
+      {[](DaemonFlags& f) { f.lease_prefix = "/a b"; }, "--lease-prefix"},
+      {[](DaemonFlags& f) {
+         f.lease_etcd.clear();
+         f.lease_ttl = "10s";
+       },
+       "--lease-ttl needs --lease-etcd"},
+      {[](DaemonFlags& f) {
+         f.lease_etcd.clear();
+         f.lease_prefix = "/p";
+       },
+       "--lease-prefix needs --lease-etcd"},
+      {[](DaemonFlags& f) {
+         f.lease_etcd.clear();
+         f.lease_drift_margin = "1s";
+       },
+       "--lease-drift-margin needs --lease-etcd"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    DaemonFlags flags;
+    flags.volume = "pvc-1";
+    flags.epoch = 2;
+    flags.lease_etcd = "127.0.0.1:23790";
+    c.mutate(flags);
+    const auto config = ResolveDaemonConfig(flags);
+    REQUIRE_FALSE(config.ok());
+    CHECK(std::string(config.status().message()).find(c.message) != std::string::npos);
+  }
+}
+
 // Longhorn's calls carry no epoch and pass at the server's own: beside a fence
 // they bypass it, so adding --epoch to a Longhorn invocation must not do that
 // silently.

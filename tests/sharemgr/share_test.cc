@@ -80,4 +80,31 @@ TEST_CASE("Mount refuses a generation more than the allowed step ahead, before t
   CHECK(*f.share->Mount(5 + Share::kMaxGenerationStep) == 5 + Share::kMaxGenerationStep);
 }
 
+TEST_CASE("Fence withdraws the export for good: ganesha.conf, readiness, Mount refused, status") {
+  Fixture f;
+  REQUIRE(f.Exported());
+  f.share->Fence("lease lost: test");
+  CHECK_FALSE(f.Exported());
+  CHECK(f.reloads == 1);
+  const auto ready = f.share->CheckReady();
+  CHECK(ready.code() == absl::StatusCode::kUnavailable);
+  CHECK(ready.message() == "lease lost: test");
+  const auto mount = f.share->Mount(0);
+  CHECK(mount.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(mount.status().message() == "export withdrawn for good: lease lost: test");
+  CHECK_FALSE(f.Exported());
+  // A repair giving the volume back does not bring the export back either.
+  f.share->SetVolumeAvailable(false);
+  f.share->SetVolumeAvailable(true);
+  CHECK_FALSE(f.Exported());
+  sharemanager::v1::ShareStatus status;
+  f.share->Fill(status);
+  CHECK_FALSE(status.exported());
+  // Fenced twice: nothing more happens.
+  const int reloads = f.reloads;
+  f.share->Fence("again");
+  CHECK(f.reloads == reloads);
+  CHECK(f.share->CheckReady().message() == "lease lost: test");
+}
+
 }  // namespace sharemgr

@@ -313,6 +313,58 @@ TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then th
   CHECK(last.pid == 0);
 }
 
+TEST_CASE(
+    "Fail with kKill: SIGKILL at once, also during a graceful stop (the serving lease is lost)") {
+  SupervisorOptions options = FastOptions();
+  // A SIGTERM followed by a wait, or a linger before the end, would outlast the test.
+  options.stop_timeout = std::chrono::minutes(10);
+  options.failed_linger = std::chrono::minutes(10);
+  // A child that ignores SIGTERM: only SIGKILL ends it.
+  const std::vector<std::string> stubborn = {"sh", "-c", "trap '' TERM; exec sleep 1000"};
+  // Gone well within the stop timeout: killed, not waited for. When not, it is
+  // killed here so the failing test ends instead of waiting the timeout out.
+  // Started: it has set its trap and exec'd sleep (which keeps SIGTERM ignored).
+  const auto IgnoresTerm = [](pid_t pid) {
+    return testing_support::WaitFor(
+        [&] {
+          std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+          std::string name;
+          return std::getline(comm, name) && name == "sleep";
+        },
+        milliseconds(10'000));
+  };
+  const auto DiesSoon = [](pid_t pid) {
+    if (testing_support::WaitFor([&] { return !Alive(pid); }, milliseconds(10'000))) return true;
+    kill(pid, SIGKILL);
+    return false;
+  };
+  SUBCASE("serving") {
+    Harness h(options, stubborn);
+    const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+    REQUIRE(pid > 0);
+    REQUIRE(IgnoresTerm(pid));
+    h.Run([](Supervisor& s) { s.Fail("lease lost: test", Supervisor::StopSignal::kKill); });
+    CHECK(h.WaitFor(StateIs(State::kFailed)).reason == "lease lost: test");
+    CHECK(DiesSoon(pid));
+  }
+  SUBCASE("stopping") {
+    Harness h(options, stubborn);
+    const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+    REQUIRE(pid > 0);
+    REQUIRE(IgnoresTerm(pid));
+    h.Run([](Supervisor& s) { s.Stop("test"); });
+    h.WaitFor(StateIs(State::kStopping));
+    CHECK(Alive(pid));
+    h.Run([](Supervisor& s) { s.Fail("lease lost: test", Supervisor::StopSignal::kKill); });
+    CHECK(DiesSoon(pid));
+    CHECK(h.Join() == Outcome::kStopped);
+    const auto last = h.history().back();
+    REQUIRE(last.last_exit.has_value());
+    CHECK(last.last_exit->signal == SIGKILL);
+    CHECK_FALSE(Alive(pid));
+  }
+}
+
 TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
   BecomeSubreaper();
   const testing_support::TempDir dir("sharemgr-orphan");

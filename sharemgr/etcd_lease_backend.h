@@ -1,0 +1,29 @@
+// The serving lease in etcd (README "Serving lease"), under the deployment's
+// key prefix P:
+//   P/leases/<volume>  "<epoch, 20 digits> <holder>", attached to the holder's
+//                      etcd lease: present exactly while a holder is alive
+//   P/epochs/<volume>  the highest epoch that ever took it (20 digits, no
+//                      lease): it outlives every holder
+// Zero-padded decimals sort as numbers, so etcd compares their values.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "sharemgr/daemon_config.h"
+#include "sharemgr/serving_lease.h"
+
+namespace sharemgr {
+
+std::string LeaseKey(const LeaseConfig& config);
+std::string EpochKey(const LeaseConfig& config);
+// An epoch as the keys hold it: 20 digits, zero-padded.
+std::string PaddedEpoch(uint64_t epoch);
+
+// The backend on the configured etcd members. No I/O until the first call.
+absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(const LeaseConfig& config,
+                                                                   const base::TimeSource& clock);
+
+}  // namespace sharemgr
