@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/ascii.h"
@@ -43,11 +44,15 @@ std::optional<ProcStat> ReadProcStat(pid_t pid) {
   ProcStat out;
   out.comm = line.substr(open + 1, close - open - 1);
   std::vector<std::string> fields = absl::StrSplit(line.substr(close + 2), ' ');
-  // fields[0] is field 3 (state); field 22 (starttime) is fields[19].
-  if (fields.size() < 20 || fields[0].empty()) return std::nullopt;
+  // fields[0] is field 3 (state): field N is fields[N - 3].
+  if (fields.size() < 22 || fields[0].empty()) return std::nullopt;
   out.state = fields[0][0];
   if (!absl::SimpleAtoi(fields[1], &out.ppid) || !absl::SimpleAtoi(fields[2], &out.pgrp) ||
-      !absl::SimpleAtoi(fields[19], &out.start_ticks)) {
+      !absl::SimpleAtoi(fields[11], &out.utime_ticks) ||
+      !absl::SimpleAtoi(fields[12], &out.stime_ticks) ||
+      !absl::SimpleAtoi(fields[17], &out.num_threads) ||
+      !absl::SimpleAtoi(fields[19], &out.start_ticks) ||
+      !absl::SimpleAtoi(fields[21], &out.rss_pages)) {
     return std::nullopt;
   }
   return out;
@@ -57,6 +62,27 @@ bool ProcessAlive(pid_t pid, uint64_t start_ticks) {
   if (pid <= 0) return false;
   auto stat = ReadProcStat(pid);
   return stat && stat->start_ticks == start_ticks && stat->state != 'Z' && stat->state != 'X';
+}
+
+std::optional<ProcessUsage> ReadProcessUsage(pid_t pid) {
+  const auto stat = ReadProcStat(pid);
+  if (!stat || stat->state == 'Z' || stat->state == 'X') return std::nullopt;
+  const int64_t hz = sysconf(_SC_CLK_TCK);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  ProcessUsage out;
+  out.rss_bytes = static_cast<uint64_t>(std::max<int64_t>(stat->rss_pages, 0) * page);
+  out.cpu_seconds = static_cast<double>(stat->utime_ticks + stat->stime_ticks) /
+                    static_cast<double>(hz > 0 ? hz : 100);
+  out.threads = stat->num_threads;
+  out.open_fds = -1;
+  if (DIR* dir = opendir(absl::StrCat("/proc/", pid, "/fd").c_str())) {
+    out.open_fds = 0;
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] != '.') ++out.open_fds;
+    }
+    closedir(dir);
+  }
+  return out;
 }
 
 std::vector<pid_t> ProcessChildren(pid_t pid) {

@@ -19,6 +19,11 @@ struct ProcStat {
   // /proc/<pid>/stat). (pid, start) names one process for the machine's uptime:
   // a reused pid gets a later start.
   uint64_t start_ticks = 0;
+  // CPU time in user and kernel mode, in clock ticks (fields 14 and 15).
+  uint64_t utime_ticks = 0;
+  uint64_t stime_ticks = 0;
+  int64_t num_threads = 0;  // field 20
+  int64_t rss_pages = 0;    // field 24: resident set size, in pages
   std::string comm;
 };
 
@@ -28,6 +33,17 @@ std::optional<ProcStat> ReadProcStat(pid_t pid);
 // True while `pid` is the process that started at `start_ticks` and has not
 // exited (a zombie counts as exited).
 bool ProcessAlive(pid_t pid, uint64_t start_ticks);
+
+// What a process uses, for metrics and for bounding ganesha's memory.
+struct ProcessUsage {
+  uint64_t rss_bytes = 0;
+  double cpu_seconds = 0;  // user + system
+  int64_t threads = 0;
+  int64_t open_fds = 0;  // entries of /proc/<pid>/fd; -1 when it cannot be read
+};
+
+// nullopt when the process does not exist (or is a zombie).
+std::optional<ProcessUsage> ReadProcessUsage(pid_t pid);
 
 // The pid's direct children, from /proc/<pid>/task/*/children.
 std::vector<pid_t> ProcessChildren(pid_t pid);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,6 +89,51 @@ TEST_CASE("proc: a process's stat, children and the boot id read as before") {
   const auto boot = BootId();
   REQUIRE(boot.has_value());
   CHECK(boot->size() == 36);  // a UUID, without its newline
+}
+
+TEST_CASE("proc: a process's usage counts its resident memory, threads, descriptors and CPU time") {
+  const auto before = ReadProcessUsage(getpid());
+  REQUIRE(before.has_value());
+  CHECK(before->threads >= 1);
+  CHECK(before->open_fds >= 3);  // stdin, stdout, stderr at least
+
+  // 64 MiB touched, a thread started, four descriptors opened, CPU burnt:
+  // each figure must move by at least that much.
+  constexpr size_t kTouched = 64 << 20;
+  std::string memory(kTouched, 'x');
+  int fds[2][2];
+  REQUIRE(pipe2(fds[0], O_CLOEXEC) == 0);
+  REQUIRE(pipe2(fds[1], O_CLOEXEC) == 0);
+  UniqueFd a(fds[0][0]), b(fds[0][1]), c(fds[1][0]), d(fds[1][1]);
+  std::atomic<bool> stop{false};
+  std::thread spinner([&stop] {
+    while (!stop.load()) {
+    }
+  });
+  timespec cpu_start{}, cpu_now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_start);
+  do {
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_now);
+  } while (cpu_now.tv_sec - cpu_start.tv_sec < 1);
+  const auto after = ReadProcessUsage(getpid());
+  stop = true;
+  spinner.join();
+  REQUIRE(after.has_value());
+  CHECK(after->rss_bytes >= before->rss_bytes + kTouched / 2);
+  CHECK(after->threads >= before->threads + 1);
+  CHECK(after->open_fds >= before->open_fds + 4);
+  CHECK(after->cpu_seconds >= before->cpu_seconds + 0.5);
+  CHECK(memory[kTouched - 1] == 'x');
+
+  // A zombie uses nothing: it is no process to report on.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  siginfo_t info{};
+  REQUIRE(waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT) == 0);
+  CHECK_FALSE(ReadProcessUsage(child).has_value());
+  waitpid(child, nullptr, 0);
+  CHECK_FALSE(ReadProcessUsage(child).has_value());
 }
 
 }  // namespace
