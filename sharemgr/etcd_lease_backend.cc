@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -73,6 +74,9 @@ class EtcdLeaseBackend final : public LeaseBackend {
   }
   // Revokes a lease granted for an attempt that did not take the key.
   void RevokeUnused(int64_t lease);
+  // After the key is gone: true once the holder's lease is gone too;
+  // false (after waiting up to `deadline`) while it lives.
+  absl::StatusOr<bool> AwaitedLeaseGone(base::TimePoint deadline);
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
                                 int64_t granted_ttl, base::TimePoint deadline,
                                 bool* try_value_form);
@@ -95,6 +99,11 @@ class EtcdLeaseBackend final : public LeaseBackend {
   // key on one of them. Never revoked while unsettled: revoking would delete
   // our own key, and the epoch recorded with it would then refuse us for good.
   std::vector<int64_t> unsettled_;
+  // The lease of the older holder we wait out. Its key deleted is not
+  // enough: deleted by hand (etcdctl del), the holder still serves until its
+  // own renewal notices; only the lease gone (expired or revoked) means it
+  // has stopped, or stops within its fence margin.
+  int64_t awaited_lease_ = 0;
 };
 
 void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
@@ -108,14 +117,24 @@ void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
                                                      base::TimePoint deadline) {
-  // Each call is bounded by the client's call timeout (the same bound as
-  // `deadline`), the keep-alive of an adopted lease by `deadline` itself.
+  // Each call is bounded by the client's call timeout (per member tried);
+  // no new call starts past `deadline`, and an adopted lease's keep-alive
+  // ends by it.
+  const auto past_deadline = [&] {
+    return clock_.Now() >= deadline
+               ? absl::DeadlineExceededError("taking the serving lease ran out of time")
+               : absl::OkStatus();
+  };
   etcdserverpb::LeaseGrantRequest grant;
   grant.set_ttl(ttl_seconds);
   auto granted = client_->LeaseGrant(grant);
   if (!granted.ok()) return granted.status();
   if (!granted->error().empty()) return absl::UnavailableError(granted->error());
   const int64_t lease = granted->id();
+  if (auto late = past_deadline(); !late.ok()) {
+    RevokeUnused(lease);  // it holds no key yet
+    return late;
+  }
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
   // one for "the recorded epoch is lower" (a VALUE compare on a missing key
   // is false).
@@ -140,7 +159,13 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
     }
     bool try_value_form = false;
     auto attempt = Judge(*response, lease, granted->ttl(), deadline, &try_value_form);
-    if (try_value_form && !value_form) continue;
+    if (try_value_form && !value_form) {
+      if (auto late = past_deadline(); !late.ok()) {
+        RevokeUnused(lease);
+        return late;
+      }
+      continue;
+    }
     if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) RevokeUnused(lease);
     return attempt;
   }
@@ -177,6 +202,7 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
     }
   }
   if (holder != nullptr) {
+    awaited_lease_ = holder->lease();
     return Attempt{.outcome = Attempt::Outcome::kHeldByOther,
                    .other_epoch = EpochOf(holder->value()).value_or(0),
                    .other_holder = HolderOf(holder->value())};
@@ -215,12 +241,35 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Adopt(int64_t unsettled, int64_t fresh
   return Taken(unsettled, kept->ttl());
 }
 
+absl::StatusOr<bool> EtcdLeaseBackend::AwaitedLeaseGone(base::TimePoint deadline) {
+  if (awaited_lease_ == 0) return true;
+  etcdserverpb::LeaseTimeToLiveRequest ask;
+  ask.set_id(awaited_lease_);
+  auto ttl = client_->LeaseTimeToLive(ask);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->ttl() <= 0) {
+    awaited_lease_ = 0;
+    return true;
+  }
+  spdlog::warn(
+      "serving lease key deleted while its holder's etcd lease {:x} lives ({} s left): waiting "
+      "for the lease, not the key",
+      awaited_lease_, ttl->ttl());
+  // Asked again in the next slice: a revoke ends the wait early.
+  const auto slice =
+      std::min<base::Duration>(std::chrono::seconds(ttl->ttl()),
+                               std::chrono::duration_cast<base::Duration>(deadline - clock_.Now()));
+  if (slice > base::Duration::zero()) std::this_thread::sleep_for(slice);
+  return false;
+}
+
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
   etcdserverpb::RangeRequest get;
   get.set_key(lease_key_);
   auto now = client_->Range(get);
   if (!now.ok()) return now.status();
-  if (now->kvs().empty()) return true;
+  if (now->kvs().empty()) return AwaitedLeaseGone(deadline);
+  if (now->kvs(0).lease() != awaited_lease_) awaited_lease_ = now->kvs(0).lease();
   // Watch from just past that read: no delete between the two is missed.
   const etcd::EtcdClient::InUse member = client_->Current();
   if (!member.member->channel->WaitForConnected(WallDeadline(deadline))) {
@@ -248,7 +297,7 @@ absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
   }
   context.TryCancel();
   const grpc::Status status = stream->Finish();
-  if (released) return true;
+  if (released) return AwaitedLeaseGone(deadline);
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
     return false;

@@ -207,6 +207,52 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "serving lease 0b. the older holder's key deleted by hand while its etcd lease lives: the next "
+    "epoch waits for the lease, not the key (that holder still serves until a renewal tells it)") {
+  EtcdCluster cluster;
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  // The older holder, epoch 3, alive on its own lease.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(30);
+  const int64_t older = RequireOk(client->LeaseGrant(grant)).id();
+  etcdserverpb::PutRequest put;
+  put.set_key(kLeaseKey);
+  put.set_value("00000000000000000003 pod-old");
+  put.set_lease(older);
+  RequireOk(client->Put(put));
+  put.set_key(kEpochKey);
+  put.set_value("00000000000000000003");
+  put.clear_lease();
+  RequireOk(client->Put(put));
+
+  const sharemgr::LeaseConfig config{.endpoints = cluster.endpoints(),
+                                     .prefix = "/sharemgr",
+                                     .volume = "pvc-test",
+                                     .holder = "pod-new",
+                                     .options = {.epoch = 4, .ttl = base::Duration(6000)}};
+  auto backend = RequireOk(sharemgr::MakeEtcdLeaseBackend(config, base::SteadyClock()));
+  const auto in = [](int ms) { return base::SteadyClock().Now() + base::Duration(ms); };
+  const auto attempt = RequireOk(backend->TryAcquire(6, in(3000)));
+  REQUIRE(attempt.outcome == sharemgr::LeaseBackend::Attempt::Outcome::kHeldByOther);
+  CHECK(attempt.other_epoch == 3);
+
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(kLeaseKey);
+  RequireOk(client->DeleteRange(del));
+  // Key gone, lease alive: not released, however often asked.
+  CHECK_FALSE(RequireOk(backend->WaitReleased(in(1000))));
+  CHECK_FALSE(RequireOk(backend->WaitReleased(in(500))));
+  // The lease gone (revoked: the holder stopped): released.
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(older);
+  RequireOk(client->LeaseRevoke(revoke));
+  CHECK(RequireOk(backend->WaitReleased(in(3000))));
+  CHECK(RequireOk(backend->TryAcquire(6, in(3000))).outcome ==
+        sharemgr::LeaseBackend::Attempt::Outcome::kTaken);
+  CHECK(backend->Revoke(in(3000)).ok());
+}
+
+TEST_CASE(
     "serving lease 1. the lease is taken (its key in etcd under the epoch) and real NFS I/O is "
     "served under it") {
   Fixture f;
