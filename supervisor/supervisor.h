@@ -59,7 +59,10 @@ class Supervisor {
  public:
   // Runs on a worker thread; must return within `timeout`. ResourceExhausted
   // means this process could not probe at all (out of file descriptors, say,
-  // while something floods its ports): no verdict on the child, so no miss.
+  // while something floods its ports): no verdict on the child, so no miss,
+  // unless it lasts: probe_failures such rounds in a row count as one miss
+  // (see HandleProbeResult), and it holds the start timeout for at most
+  // another start timeout.
   using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
@@ -110,6 +113,8 @@ class Supervisor {
   void OnProbeTimer();
   void OnProbeResult(uint64_t instance, absl::Status result);
   void HandleProbeResult(uint64_t instance, absl::Status result);
+  // A probe missed (`last` says why); probe_failures in a row kill the child.
+  void CountMiss(const std::string& last);
   void Kill(std::string reason);
   void Finish(Outcome outcome);
   void Publish();
@@ -137,8 +142,10 @@ class Supervisor {
   bool probe_pending_ = false;
   int misses_ = 0;
   // The last probe could not run here (ResourceExhausted): the start timeout
-  // waits for a probe that can tell.
+  // waits for a probe that can tell (for at most another start timeout).
   bool probe_short_ = false;
+  // Probes in a row that could not run here.
+  int short_rounds_ = 0;
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;
