@@ -442,7 +442,7 @@ TEST_CASE(
 
 TEST_CASE(
     "spawn hooks: every spawn (the first, each restart) passes the gate and is announced with its "
-    "pidfd; a closed gate spawns nothing") {
+    "pidfd, and a closed gate spawns nothing") {
   std::atomic<bool> open{true};
   std::atomic<int> asked{0};
   std::mutex mu;
