@@ -216,7 +216,8 @@ LeaseFencer::LeaseFencer(supervisor::EventLoop& loop, supervisor::ChildProcess c
       pid_(child_->pid()),
       channel_(std::move(channel)),
       failed_(std::move(failed)),
-      output_(spdlog::default_logger()) {
+      // It writes only when it fails.
+      output_(spdlog::default_logger(), spdlog::level::err) {
   channel_token_ = loop_.Watch(channel_.get(), EPOLLIN, [this](uint32_t) { OnReports(); });
   output_token_ = loop_.Watch(child_->output_fd(), EPOLLIN, [this](uint32_t) { OnOutput(); });
   exit_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnExit(); });
