@@ -584,8 +584,6 @@ int Daemon::Run() {
         .may_spawn = [this] { return LeaseAllowsServing(); },
         .spawned = [this](const supervisor::ChildProcess& ganesha) { ArmFencer(ganesha); },
     });
-  }
-  if (lease_) {
     // Nothing of the volume is touched (no fsck, no mount) before the lease
     // is held: an older holder may still be using it. A SIGTERM meanwhile
     // stops the wait.
