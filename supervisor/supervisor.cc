@@ -139,6 +139,7 @@ void Supervisor::SpawnChild() {
     instance_++;
     kill_reason_.clear();
     const auto decision = policy_.OnDeath(now);
+    ReportDeath(DeathCause::kNotStarted, *status_.last_exit, base::Clock::now(), !decision.give_up);
     if (decision.give_up) {
       machine_.TransitionTo(State::kFailed,
                             absl::StrCat("cannot start ganesha: ", child.status().message()));
@@ -184,6 +185,8 @@ void Supervisor::OnChildOutput() {
 }
 
 void Supervisor::OnChildExit() {
+  // The pidfd woke this loop turn: its wake-up is when the exit was reported.
+  const base::TimePoint noticed = loop_.last_tick();
   OnChildOutput();
   output_->Flush();
   if (log_file_) log_file_->Drain();
@@ -213,6 +216,10 @@ void Supervisor::OnChildExit() {
   }
   if (status_.state == State::kFailed) return;
   const auto decision = policy_.OnDeath(clock_.Now());
+  ReportDeath(kill_reason_.empty()
+                  ? (exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited)
+                  : kill_cause_,
+              *exit, noticed, !decision.give_up);
   if (decision.give_up) {
     machine_.TransitionTo(
         State::kFailed,
@@ -232,6 +239,20 @@ void Supervisor::OnChildExit() {
   status_.restarts++;
   Publish();
   restart_timer_.Arm(decision.delay);
+}
+
+void Supervisor::ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
+                             bool restarting) {
+  if (!events_.died) return;
+  events_.died(Death{.cause = cause,
+                     .exit = exit,
+                     .noticed = noticed,
+                     .detection = base::Clock::now() - noticed,
+                     .restarting = restarting});
+}
+
+int Supervisor::DeathBudgetLeft() const {
+  return std::max(0, options_.restart.max_deaths - policy_.DeathsInWindow(clock_.Now()));
 }
 
 void Supervisor::OnSignal() {
@@ -264,17 +285,19 @@ void Supervisor::OnProbeTimer() {
   ReapOrphans();
   if (!child_) return;
   if (!answered_ && !probe_short_ && clock_.Now() > start_deadline_) {
-    Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
-                      base::FormatDuration(options_.start_timeout),
-                      " of starting (last: ", last_probe_error_, ")"));
+    Kill(DeathCause::kStartTimeout, absl::StrCat("ganesha did not answer NFS NULL within ",
+                                                 base::FormatDuration(options_.start_timeout),
+                                                 " of starting (last: ", last_probe_error_, ")"));
     return;
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
   // returns, so a hung child is missed once per interval, not every other one.
   const uint64_t instance = instance_;
+  const base::TimePoint sent = base::Clock::now();
   probe_pending_ = !probe_worker_.TryRun(
       [prober = prober_, timeout = options_.probe_interval] { return prober(timeout); },
       [this, instance](absl::Status result) { OnProbeResult(instance, std::move(result)); });
+  if (!probe_pending_) probe_sent_ = sent;
 }
 
 void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
@@ -296,14 +319,21 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
     }
     return;
   }
+  const base::TimePoint returned = base::Clock::now();
+  if (events_.probed)
+    events_.probed(returned - probe_sent_, result.ok(), !result.ok() && answered_);
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this
-    ++misses_;
+    if (++misses_ == 1) first_miss_sent_ = probe_sent_;
     spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
                  result.message());
     if (misses_ >= options_.probe_failures) {
-      Kill(absl::StrCat("hung: ", misses_,
+      if (events_.hang_detected) {
+        events_.hang_detected(returned - first_miss_sent_);
+      }
+      Kill(DeathCause::kHung,
+           absl::StrCat("hung: ", misses_,
                         " NFS NULL probes missed in a row (last: ", result.message(), ")"));
     }
     return;
@@ -348,10 +378,11 @@ void Supervisor::Reevaluate() {
   }
 }
 
-void Supervisor::Kill(std::string reason) {
+void Supervisor::Kill(DeathCause cause, std::string reason) {
   if (!child_) return;
   spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
   kill_reason_ = std::move(reason);
+  kill_cause_ = cause;
   if (machine_.TransitionTo(State::kDegraded, kill_reason_)) Publish();
   child_->SignalGroup(SIGKILL);
 }
