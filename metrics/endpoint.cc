@@ -3,13 +3,19 @@
 #include <CivetServer.h>
 #include <civetweb.h>
 #include <prometheus/exposer.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
+#include <atomic>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/socket_address.h"
+#include "base/unique_fd.h"
 
 namespace metrics {
 namespace {
@@ -34,6 +40,27 @@ int OnlyMetrics(mg_connection* conn) {
     return 405;
   }
   return 0;
+}
+
+// Where a local connection reaches a listener bound to `listen`'s host.
+std::string LocalHost(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0" || host == "localhost") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
+}
+
+// Connects to host:port and hangs up at once (a bounded try; failures are
+// ignored: the listener may be gone already).
+void Knock(const std::string& host, uint16_t port) {
+  const auto addr = base::IpSocketAddress(host, port);
+  if (!addr.ok()) return;
+  const base::UniqueFd fd(socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return;
+  const timeval timeout{.tv_sec = 0, .tv_usec = 100'000};
+  setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  (void)connect(fd.get(), addr->get(), addr->length);
 }
 
 }  // namespace
@@ -68,11 +95,28 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Start(
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) return absl::UnavailableError(absl::StrCat("no port bound for ", listen));
   endpoint->port_ = static_cast<uint16_t>(ports.front());
+  endpoint->local_host_ = LocalHost(listen);
   endpoint->collectable_ = std::move(collectable);
   endpoint->exposer_->RegisterCollectable(endpoint->collectable_, kMetricsPath);
   return endpoint;
 }
 
-Endpoint::~Endpoint() = default;
+// civetweb's listening thread polls its sockets with a 2 s timeout and looks
+// at the stop flag only between polls, so a plain stop takes up to 2 s (a
+// daemon's exit would wait for it). A connection to the port wakes the poll:
+// while the stop runs, one is made every 20 ms. One accepted before the flag
+// is set just reads its end at once and closes.
+Endpoint::~Endpoint() {
+  std::atomic<bool> stopped{false};
+  std::thread knocker([&] {
+    while (!stopped) {
+      Knock(local_host_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  knocker.join();
+}
 
 }  // namespace metrics

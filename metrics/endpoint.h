@@ -36,6 +36,7 @@ class Endpoint {
   static absl::StatusOr<std::unique_ptr<Endpoint>> Start(
       const std::string& listen, std::shared_ptr<prometheus::Collectable> collectable);
   // Stops listening and joins civetweb's threads: no scrape runs after this.
+  // Takes milliseconds (see the .cc for how), not civetweb's 2 s.
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -49,6 +50,8 @@ class Endpoint {
   std::shared_ptr<prometheus::Collectable> collectable_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   uint16_t port_ = 0;
+  // An address of this listener that a local connection reaches.
+  std::string local_host_;
 };
 
 }  // namespace metrics
