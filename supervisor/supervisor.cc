@@ -293,19 +293,22 @@ void Supervisor::OnProbeTimer() {
   // A probe still in flight (waiting out its timeout) runs again as soon as it
   // returns, so a hung child is missed once per interval, not every other one.
   const uint64_t instance = instance_;
+  // Carried with the result: another probe may start before this one's result
+  // is handled.
   const base::TimePoint sent = base::Clock::now();
   probe_pending_ = !probe_worker_.TryRun(
       [prober = prober_, timeout = options_.probe_interval] { return prober(timeout); },
-      [this, instance](absl::Status result) { OnProbeResult(instance, std::move(result)); });
-  if (!probe_pending_) probe_sent_ = sent;
+      [this, instance, sent](absl::Status result) {
+        OnProbeResult(instance, sent, std::move(result));
+      });
 }
 
-void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
-  HandleProbeResult(instance, std::move(result));
+void Supervisor::OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {
+  HandleProbeResult(instance, sent, std::move(result));
   if (probe_pending_ && child_ && kill_reason_.empty()) OnProbeTimer();
 }
 
-void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
+void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {
   if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
   // Out of descriptors or memory here (a flood on our own ports, say): the
@@ -320,12 +323,11 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
     return;
   }
   const base::TimePoint returned = base::Clock::now();
-  if (events_.probed)
-    events_.probed(returned - probe_sent_, result.ok(), !result.ok() && answered_);
+  if (events_.probed) events_.probed(returned - sent, result.ok(), !result.ok() && answered_);
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this
-    if (++misses_ == 1) first_miss_sent_ = probe_sent_;
+    if (++misses_ == 1) first_miss_sent_ = sent;
     spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
                  result.message());
     if (misses_ >= options_.probe_failures) {

@@ -148,8 +148,9 @@ class Supervisor {
   void OnSignal();
   void ReapOrphans();
   void OnProbeTimer();
-  void OnProbeResult(uint64_t instance, absl::Status result);
-  void HandleProbeResult(uint64_t instance, absl::Status result);
+  // `sent`: when that probe went out (steady clock), for events_.
+  void OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
+  void HandleProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
   void Kill(DeathCause cause, std::string reason);
   void ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
                    bool restarting);
@@ -186,9 +187,8 @@ class Supervisor {
   std::string last_probe_error_;
   std::string kill_reason_;
   DeathCause kill_cause_ = DeathCause::kSignaled;
-  // Steady-clock times for events_: when the probe in flight went out, and
-  // when the first of the current run of misses did.
-  base::TimePoint probe_sent_{};
+  // When the first of the current run of missed probes went out (steady
+  // clock, for events_).
   base::TimePoint first_miss_sent_{};
   base::TimePoint start_deadline_{};
   std::optional<base::TimePoint> fast_until_;
