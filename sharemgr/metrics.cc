@@ -164,7 +164,9 @@ ShareMetrics::ShareMetrics()
       });
 
   // ganesha's own process, read from /proc when scraped: always current, and
-  // nothing is spent on it between scrapes. No samples while none runs.
+  // nothing is spent on it between scrapes. No samples while none runs. (Its
+  // pid is held by its zombie until reaped, and cleared by the status that
+  // follows the reap: only in between could a scrape read a reused pid.)
   auto usage = [this] {
     absl::MutexLock lock(&mu_);
     return ganesha_pid_ != 0 ? base::ReadProcessUsage(ganesha_pid_) : std::nullopt;
