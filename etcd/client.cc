@@ -91,7 +91,11 @@ std::shared_ptr<const EtcdClient::Member> EtcdClient::Connect(const std::string&
   options_.security.Apply(args);
   auto member = std::make_shared<Member>();
   member->endpoint = endpoint;
-  member->channel = grpc::CreateCustomChannel(endpoint, options_.security.credentials(), args);
+  member->channel =
+      options_.interceptors
+          ? grpc::experimental::CreateCustomChannelWithInterceptors(
+                endpoint, options_.security.credentials(), args, options_.interceptors())
+          : grpc::CreateCustomChannel(endpoint, options_.security.credentials(), args);
   member->kv = etcdserverpb::KV::NewStub(member->channel);
   member->watch = etcdserverpb::Watch::NewStub(member->channel);
   member->lease = etcdserverpb::Lease::NewStub(member->channel);

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ struct EtcdOptions {
   std::chrono::milliseconds backoff_max{5000};
   // Mutual TLS to the members (https client URLs); plaintext when not enabled.
   base::ClientSecurity security;
+  // Interceptors on every member's channel (fresh ones per channel): tests
+  // lose or delay etcd's answers with them. None in production.
+  std::function<
+      std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>()>
+      interceptors;
 };
 
 // "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]": the endpoints, and the key

@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -71,8 +74,17 @@ class EtcdLeaseBackend final : public LeaseBackend {
   }
   // Revokes a lease granted for an attempt that did not take the key.
   void RevokeUnused(int64_t lease);
+  // After the key is gone: true once the holder's lease is gone too;
+  // false (after waiting up to `deadline`) while it lives.
+  absl::StatusOr<bool> AwaitedLeaseGone(base::TimePoint deadline);
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
-                                int64_t granted_ttl, bool* try_value_form);
+                                int64_t granted_ttl, base::TimePoint deadline,
+                                bool* try_value_form);
+  // The key is on the lease of an earlier attempt whose transaction failed
+  // on our side but landed in etcd: ours, once a keep-alive sent now renews it.
+  absl::StatusOr<Attempt> Adopt(int64_t unsettled, int64_t fresh, base::TimePoint deadline);
+  // The lease is taken: the leases of earlier unsettled attempts hold no key.
+  Attempt Taken(int64_t lease, int64_t ttl);
 
   // Every member call goes through it; only the keeper's thread calls.
   const std::unique_ptr<etcd::EtcdClient> client_;
@@ -82,6 +94,16 @@ class EtcdLeaseBackend final : public LeaseBackend {
   const std::string value_;  // the lease key's: "<epoch> <holder>"
   etcd::LeaseKeepAliveStream keep_alive_;
   int64_t lease_ = 0;  // the lease taken, 0 before (keeper thread only)
+  // Leases granted for attempts whose transaction got no answer: it may have
+  // landed (etcd applies a proposal after the client gave up), putting the
+  // key on one of them. Never revoked while unsettled: revoking would delete
+  // our own key, and the epoch recorded with it would then refuse us for good.
+  std::vector<int64_t> unsettled_;
+  // The lease of the older holder we wait out. Its key deleted is not
+  // enough: deleted by hand (etcdctl del), the holder still serves until its
+  // own renewal notices; only the lease gone (expired or revoked) means it
+  // has stopped, or stops within its fence margin.
+  int64_t awaited_lease_ = 0;
 };
 
 void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
@@ -95,13 +117,24 @@ void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
                                                      base::TimePoint deadline) {
-  (void)deadline;  // each call is bounded by the client's call timeout (the same bound)
+  // Each call is bounded by the client's call timeout (per member tried);
+  // no new call starts past `deadline`, and an adopted lease's keep-alive
+  // ends by it.
+  const auto past_deadline = [&] {
+    return clock_.Now() >= deadline
+               ? absl::DeadlineExceededError("taking the serving lease ran out of time")
+               : absl::OkStatus();
+  };
   etcdserverpb::LeaseGrantRequest grant;
   grant.set_ttl(ttl_seconds);
   auto granted = client_->LeaseGrant(grant);
   if (!granted.ok()) return granted.status();
   if (!granted->error().empty()) return absl::UnavailableError(granted->error());
   const int64_t lease = granted->id();
+  if (auto late = past_deadline(); !late.ok()) {
+    RevokeUnused(lease);  // it holds no key yet
+    return late;
+  }
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
   // one for "the recorded epoch is lower" (a VALUE compare on a missing key
   // is false).
@@ -121,12 +154,18 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
     txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
     auto response = client_->Txn(txn);
     if (!response.ok()) {
-      RevokeUnused(lease);
+      unsettled_.push_back(lease);
       return response.status();
     }
     bool try_value_form = false;
-    auto attempt = Judge(*response, lease, granted->ttl(), &try_value_form);
-    if (try_value_form && !value_form) continue;
+    auto attempt = Judge(*response, lease, granted->ttl(), deadline, &try_value_form);
+    if (try_value_form && !value_form) {
+      if (auto late = past_deadline(); !late.ok()) {
+        RevokeUnused(lease);
+        return late;
+      }
+      continue;
+    }
     if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) RevokeUnused(lease);
     return attempt;
   }
@@ -135,12 +174,8 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse& response,
                                                 int64_t lease, int64_t granted_ttl,
-                                                bool* try_value_form) {
-  const auto taken = [&] {
-    lease_ = lease;
-    return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = granted_ttl};
-  };
-  if (response.succeeded()) return taken();
+                                                base::TimePoint deadline, bool* try_value_form) {
+  if (response.succeeded()) return Taken(lease, granted_ttl);
   const mvccpb::KeyValue* holder = nullptr;
   const mvccpb::KeyValue* recorded = nullptr;
   for (const auto& op : response.responses()) {
@@ -151,7 +186,11 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
   }
   // A retry of a transaction that landed the first time (the client moves
   // on to the next member after UNAVAILABLE): the key is on our lease.
-  if (holder != nullptr && holder->lease() == lease) return taken();
+  if (holder != nullptr && holder->lease() == lease) return Taken(lease, granted_ttl);
+  if (holder != nullptr && holder->value() == value_ &&
+      std::find(unsettled_.begin(), unsettled_.end(), holder->lease()) != unsettled_.end()) {
+    return Adopt(holder->lease(), lease, deadline);
+  }
   if (recorded != nullptr) {
     const auto epoch = EpochOf(recorded->value());
     if (!epoch) {
@@ -163,6 +202,7 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
     }
   }
   if (holder != nullptr) {
+    awaited_lease_ = holder->lease();
     return Attempt{.outcome = Attempt::Outcome::kHeldByOther,
                    .other_epoch = EpochOf(holder->value()).value_or(0),
                    .other_holder = HolderOf(holder->value())};
@@ -174,12 +214,62 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
       absl::StrCat("the keys of ", lease_key_, " changed while taking it; trying again"));
 }
 
+Attempt EtcdLeaseBackend::Taken(int64_t lease, int64_t ttl) {
+  lease_ = lease;
+  for (const int64_t other : unsettled_) {
+    if (other != lease) RevokeUnused(other);
+  }
+  unsettled_.clear();
+  return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = ttl};
+}
+
+absl::StatusOr<Attempt> EtcdLeaseBackend::Adopt(int64_t unsettled, int64_t fresh,
+                                                base::TimePoint deadline) {
+  // The keeper counts the lease from this attempt's start; the unsettled
+  // lease was granted earlier, so only a keep-alive sent after that start
+  // makes it last as long as the keeper will think.
+  auto kept = keep_alive_.KeepAlive(unsettled, WallDeadline(deadline));
+  if (!kept.ok()) return kept.status();
+  if (kept->ttl() <= 0) {
+    // It expired, and its key with it: the next attempt reads what is left.
+    return absl::UnavailableError(
+        absl::StrCat("our earlier attempt's lease ", absl::Hex(unsettled), " expired"));
+  }
+  spdlog::info("serving lease: an earlier attempt's transaction had landed; lease {:x} is ours",
+               unsettled);
+  RevokeUnused(fresh);
+  return Taken(unsettled, kept->ttl());
+}
+
+absl::StatusOr<bool> EtcdLeaseBackend::AwaitedLeaseGone(base::TimePoint deadline) {
+  if (awaited_lease_ == 0) return true;
+  etcdserverpb::LeaseTimeToLiveRequest ask;
+  ask.set_id(awaited_lease_);
+  auto ttl = client_->LeaseTimeToLive(ask);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->ttl() <= 0) {
+    awaited_lease_ = 0;
+    return true;
+  }
+  spdlog::warn(
+      "serving lease key deleted while its holder's etcd lease {:x} lives ({} s left): waiting "
+      "for the lease, not the key",
+      awaited_lease_, ttl->ttl());
+  // Asked again in the next slice: a revoke ends the wait early.
+  const auto slice =
+      std::min<base::Duration>(std::chrono::seconds(ttl->ttl()),
+                               std::chrono::duration_cast<base::Duration>(deadline - clock_.Now()));
+  if (slice > base::Duration::zero()) std::this_thread::sleep_for(slice);
+  return false;
+}
+
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
   etcdserverpb::RangeRequest get;
   get.set_key(lease_key_);
   auto now = client_->Range(get);
   if (!now.ok()) return now.status();
-  if (now->kvs().empty()) return true;
+  if (now->kvs().empty()) return AwaitedLeaseGone(deadline);
+  if (now->kvs(0).lease() != awaited_lease_) awaited_lease_ = now->kvs(0).lease();
   // Watch from just past that read: no delete between the two is missed.
   const etcd::EtcdClient::InUse member = client_->Current();
   if (!member.member->channel->WaitForConnected(WallDeadline(deadline))) {
@@ -207,7 +297,7 @@ absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
   }
   context.TryCancel();
   const grpc::Status status = stream->Finish();
-  if (released) return true;
+  if (released) return AwaitedLeaseGone(deadline);
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
     return false;
@@ -259,12 +349,18 @@ std::string EpochKey(const LeaseConfig& config) {
   return absl::StrCat(config.prefix, "/epochs/", config.volume);
 }
 
+etcd::EtcdOptions LeaseClientOptions(const LeaseConfig& config) {
+  return {.endpoints = config.endpoints, .call_timeout = LeaseCallTimeout(config.options.ttl)};
+}
+
 absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(const LeaseConfig& config,
                                                                    const base::TimeSource& clock) {
-  auto client = etcd::EtcdClient::Create({
-      .endpoints = config.endpoints,
-      .call_timeout = LeaseCallTimeout(config.options.ttl),
-  });
+  return MakeEtcdLeaseBackend(config, clock, LeaseClientOptions(config));
+}
+
+absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(
+    const LeaseConfig& config, const base::TimeSource& clock, etcd::EtcdOptions client_options) {
+  auto client = etcd::EtcdClient::Create(std::move(client_options));
   if (!client.ok()) return client.status();
   return std::unique_ptr<LeaseBackend>(
       std::make_unique<EtcdLeaseBackend>(*std::move(client), config, clock));

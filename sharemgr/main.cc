@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "base/fmt_absl.h"
+#include "sharemgr/capped_listener.h"
 #include "sharemgr/client_commands.h"
 #include "sharemgr/daemon.h"
 #include "sharemgr/daemon_config.h"
@@ -30,6 +31,9 @@ void SetUpLogging(const std::string& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, while no thread and no gRPC object exists: the health port's
+  // listener relies on gRPC's epoll1 poller (see PinGrpcPollStrategy).
+  sharemgr::PinGrpcPollStrategy();
   CLI::App app{
       "share-manager serves one ReadWriteMany volume over NFSv4: it runs and supervises\n"
       "nfs-ganesha, restarts it in place when it dies or hangs, and publishes its health\n"

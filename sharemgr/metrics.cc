@@ -112,7 +112,8 @@ ShareMetrics::ShareMetrics()
                           .Add({}, kProbeBuckets)),
       probe_misses_(catalogue_
                         ->AddCounter("sharemgr_ganesha_probe_misses_total",
-                                     "probes of an answering ganesha that failed or timed out")
+                                     "misses towards a hang: probes of an answering ganesha that "
+                                     "failed, or --probe-failures in a row that could not run")
                         .Add({})),
       read_only_flips_(catalogue_
                            ->AddCounter("sharemgr_volume_read_only_flips_total",
@@ -236,12 +237,13 @@ supervisor::SupervisorEvents ShareMetrics::SupervisorEvents(std::function<int()>
             SetDeathBudgetLeft(budget_left());
           },
       .probed =
-          [this, budget_left](base::Clock::duration took, bool answered, bool missed) {
-            OnProbe(took, answered, missed);
+          [this, budget_left](base::Clock::duration took, bool answered) {
+            OnProbe(took, answered);
             // Deaths leave the window as time passes: the probe's cadence
             // keeps the budget current.
             SetDeathBudgetLeft(budget_left());
           },
+      .missed = [this] { OnMiss(); },
       .hang_detected = [this](base::Clock::duration since) { OnHangDetected(since); },
   };
 }
@@ -258,10 +260,11 @@ void ShareMetrics::OnDeath(const supervisor::Death& death) {
   if (!recovering_since_) recovering_since_ = death.noticed;
 }
 
-void ShareMetrics::OnProbe(base::Clock::duration took, bool answered, bool missed) {
+void ShareMetrics::OnProbe(base::Clock::duration took, bool answered) {
   if (answered) probe_duration_.Observe(Seconds(took));
-  if (missed) probe_misses_.Increment();
 }
+
+void ShareMetrics::OnMiss() { probe_misses_.Increment(); }
 
 void ShareMetrics::OnHangDetected(base::Clock::duration since_first_miss) {
   hang_detection_.Observe(Seconds(since_first_miss));

@@ -45,7 +45,8 @@ class ShareMetrics {
   // on the loop thread after each death and probe (Supervisor::DeathBudgetLeft).
   supervisor::SupervisorEvents SupervisorEvents(std::function<int()> budget_left);
   void OnDeath(const supervisor::Death& death);
-  void OnProbe(base::Clock::duration took, bool answered, bool missed);
+  void OnProbe(base::Clock::duration took, bool answered);
+  void OnMiss();
   void OnHangDetected(base::Clock::duration since_first_miss);
   void SetDeathBudgetLeft(int deaths);
 

@@ -170,15 +170,29 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
   // The store may round a short TTL up; never count on more than was asked.
   const Duration granted =
       std::min(options_.ttl, Duration(std::chrono::seconds(attempt->granted_ttl_seconds)));
+  // The lease was granted after `now`: it lasts at least until now + TTL
+  // on the store's clock.
+  const TimePoint valid_until = now + granted - LeaseFenceMargin(options_.ttl);
+  if (after >= valid_until) {
+    {
+      absl::MutexLock lock(&mu_);
+      ever_taken_ = true;  // a clean stop revokes it
+    }
+    // Taken so late that its validity is over: serving now could overlap a
+    // replacement the store let in meanwhile.
+    return Lose(
+        absl::StrCat("the serving lease of epoch ", options_.epoch,
+                     " was confirmed only after its validity ended (",
+                     base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
+                     " after it was asked for)"));
+  }
   TimePoint next;
   {
     absl::MutexLock lock(&mu_);
     phase_ = Phase::kHeld;
     ever_taken_ = true;
     last_error_.clear();
-    // The lease was granted after `now`: it lasts at least until now + TTL
-    // on the store's clock.
-    valid_until_ = now + granted - LeaseFenceMargin(options_.ttl);
+    valid_until_ = valid_until;
     next_renewal_ = now + LeaseRenewInterval(options_.ttl);
     next = std::min(next_renewal_, *valid_until_);
     if (stopping_) return kNever;  // nobody is left to serve

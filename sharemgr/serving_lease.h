@@ -84,9 +84,11 @@ struct ServingLeaseOptions {
 // valid_until = last confirmed renewal's send time + TTL - FenceMargin.
 base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)
 base::Duration LeaseRenewInterval(base::Duration ttl);  // TTL/3
-// The bound of one call to the store (a renewal, an attempt, a revoke, a
-// slice of waiting): a hung member costs this much before the next one is
-// tried, and stopping waits at most this for the call in flight.
+// The bound of one call to one store member (a renewal, a step of an
+// attempt, a revoke, a slice of waiting): a hung member costs this much
+// before the next one is tried. Stopping waits for the call in flight, up to
+// this per member it tries. Serving never depends on a call returning: the
+// daemon fences on its own timer at valid_until.
 base::Duration LeaseCallTimeout(base::Duration ttl);  // TTL/6, within [250ms, 2s]
 // The pause before a failed call is tried again.
 base::Duration LeaseRetryPause(base::Duration ttl);  // TTL/20, within [50ms, 500ms]
@@ -118,7 +120,7 @@ class ServingLease {
   // Starts the keeper thread: acquire, then renew.
   void Start();
   // Ends the keeper thread (after the store call in flight, bounded by
-  // LeaseCallTimeout), then with kRevoke revokes the lease if it was ever
+  // LeaseCallTimeout per member tried), then with kRevoke revokes the lease if it was ever
   // taken. Call only once serving has ended. Returns the revoke's outcome.
   absl::Status Stop(StopMode mode);
 

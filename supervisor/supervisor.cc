@@ -158,6 +158,7 @@ void Supervisor::SpawnChild() {
   answered_ = false;
   misses_ = 0;
   probe_short_ = false;
+  short_rounds_ = 0;
   kill_reason_.clear();
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
@@ -284,10 +285,19 @@ void Supervisor::OnProbeTimer() {
   // Orphans whose exit was queued behind a helper's zombie are picked up here.
   ReapOrphans();
   if (!child_) return;
-  if (!answered_ && !probe_short_ && clock_.Now() > start_deadline_) {
-    Kill(DeathCause::kStartTimeout, absl::StrCat("ganesha did not answer NFS NULL within ",
-                                                 base::FormatDuration(options_.start_timeout),
-                                                 " of starting (last: ", last_probe_error_, ")"));
+  // A probe that could not run at the deadline holds it, for at most
+  // another start timeout: a lasting shortage here must not shield a ganesha
+  // that never starts answering.
+  if (!answered_ && clock_.Now() > start_deadline_ &&
+      (!probe_short_ || clock_.Now() > start_deadline_ + options_.start_timeout)) {
+    Kill(DeathCause::kStartTimeout,
+         absl::StrCat("ganesha did not answer NFS NULL within ",
+                      base::FormatDuration(options_.start_timeout), " of starting",
+                      probe_short_
+                          ? absl::StrCat(", nor ", base::FormatDuration(options_.start_timeout),
+                                         " later while probes could not run here")
+                          : "",
+                      " (last: ", last_probe_error_, ")"));
     return;
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
@@ -312,32 +322,35 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
   if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
   // Out of descriptors or memory here (a flood on our own ports, say): the
-  // probe never reached the child. Killing it would fix nothing and cost the
-  // share its NFS server, so the round is skipped.
+  // probe never reached the child. Killing it for a passing shortage would fix
+  // nothing and cost the share its NFS server, so a round is skipped. But a
+  // shortage that lasts (a descriptor leak here) must not shield a hung
+  // ganesha for ever: probe_failures rounds in a row count as one miss, so a
+  // burst shorter than that never counts, and only probe_failures^2 rounds
+  // in a row with no answer between kill (--probe-failures 1: any round).
   probe_short_ = result.code() == absl::StatusCode::kResourceExhausted;
   if (probe_short_) {
-    if (auto held_back = probe_short_log_.Admit()) {
-      spdlog::warn("NFS NULL probe could not run, not counted as a miss: {}{}", result.message(),
-                   base::LogLimiter::HeldBack(*held_back));
+    ++short_rounds_;
+    last_probe_error_ = absl::StrCat("could not probe here: ", result.message());
+    if (!answered_ || short_rounds_ % options_.probe_failures != 0) {
+      if (auto held_back = probe_short_log_.Admit()) {
+        spdlog::warn("NFS NULL probe could not run ({} in a row count as a miss): {}{}",
+                     options_.probe_failures, result.message(),
+                     base::LogLimiter::HeldBack(*held_back));
+      }
+      return;
     }
+    CountMiss(absl::StrCat(options_.probe_failures,
+                           " probes in a row could not run here: ", result.message()),
+              sent);
     return;
   }
-  const base::TimePoint returned = base::Clock::now();
-  if (events_.probed) events_.probed(returned - sent, result.ok(), !result.ok() && answered_);
+  short_rounds_ = 0;
+  if (events_.probed) events_.probed(base::Clock::now() - sent, result.ok());
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this
-    if (++misses_ == 1) first_miss_sent_ = sent;
-    spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
-                 result.message());
-    if (misses_ >= options_.probe_failures) {
-      if (events_.hang_detected) {
-        events_.hang_detected(returned - first_miss_sent_);
-      }
-      Kill(DeathCause::kHung,
-           absl::StrCat("hung: ", misses_,
-                        " NFS NULL probes missed in a row (last: ", result.message(), ")"));
-    }
+    CountMiss(std::string(result.message()), sent);
     return;
   }
   if (misses_ > 0) spdlog::info("NFS NULL probe answered again after {} misses", misses_);
@@ -352,6 +365,17 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
   if (fast_until_ && (status_.state == State::kServing || clock_.Now() >= *fast_until_)) {
     fast_until_.reset();
     probe_timer_.ArmPeriodic(options_.probe_interval);
+  }
+}
+
+void Supervisor::CountMiss(const std::string& last, base::TimePoint sent) {
+  if (++misses_ == 1) first_miss_sent_ = sent;
+  spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures, last);
+  if (events_.missed) events_.missed();
+  if (misses_ >= options_.probe_failures) {
+    if (events_.hang_detected) events_.hang_detected(base::Clock::now() - first_miss_sent_);
+    Kill(DeathCause::kHung,
+         absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ", last, ")"));
   }
 }
 

@@ -81,10 +81,13 @@ struct Death {
 // the loop thread; times are the steady clock's, not the injected TimeSource.
 struct SupervisorEvents {
   std::function<void(const Death&)> died;
-  // A probe of a running ganesha returned after `took`: answered, or not
-  // (`missed`: it counts towards a hang; failures before the first answer and
-  // probes that could not run here do not).
-  std::function<void(base::Clock::duration took, bool answered, bool missed)> probed;
+  // A probe of a running ganesha returned after `took`, answered or not
+  // (probes that could not run here are not reported).
+  std::function<void(base::Clock::duration took, bool answered)> probed;
+  // A miss towards a hang: a probe of an answering ganesha that failed, or
+  // --probe-failures rounds in a row that could not run here. Failures before
+  // the first answer are no misses.
+  std::function<void()> missed;
   // A hang was declared: from the moment the first missed probe went out
   // until the decision to kill (a lower bound of the hang's age, by at most
   // one probe interval).
@@ -95,7 +98,10 @@ class Supervisor {
  public:
   // Runs on a worker thread; must return within `timeout`. ResourceExhausted
   // means this process could not probe at all (out of file descriptors, say,
-  // while something floods its ports): no verdict on the child, so no miss.
+  // while something floods its ports): no verdict on the child, so no miss,
+  // unless it lasts: probe_failures such rounds in a row count as one miss
+  // (see HandleProbeResult), and it holds the start timeout for at most
+  // another start timeout.
   using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
@@ -151,6 +157,9 @@ class Supervisor {
   // `sent`: when that probe went out (steady clock), for events_.
   void OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
   void HandleProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
+  // A probe missed (`last` says why; `sent`: when it went out); probe_failures
+  // in a row kill the child.
+  void CountMiss(const std::string& last, base::TimePoint sent);
   void Kill(DeathCause cause, std::string reason);
   void ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
                    bool restarting);
@@ -181,8 +190,10 @@ class Supervisor {
   bool probe_pending_ = false;
   int misses_ = 0;
   // The last probe could not run here (ResourceExhausted): the start timeout
-  // waits for a probe that can tell.
+  // waits for a probe that can tell (for at most another start timeout).
   bool probe_short_ = false;
+  // Probes in a row that could not run here.
+  int short_rounds_ = 0;
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;

@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,7 +126,131 @@ class Frozen {
   const std::vector<int> members_;
 };
 
+// Loses etcd's answer to the first `count` Txn calls (after etcd applied
+// them): what a client sees when the answer is late or the connection drops
+// on the way back.
+class LoseTxnAnswers final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit LoseTxnAnswers(std::shared_ptr<std::atomic<int>> left) : left_(std::move(left)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new Lose(info, left_);
+  }
+
+ private:
+  class Lose final : public grpc::experimental::Interceptor {
+   public:
+    Lose(grpc::experimental::ClientRpcInfo* info, std::shared_ptr<std::atomic<int>> left)
+        : txn_(std::string(info->method()) == "/etcdserverpb.KV/Txn"), left_(std::move(left)) {}
+    void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+      using grpc::experimental::InterceptionHookPoints;
+      if (txn_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS) &&
+          left_->fetch_sub(1) > 0) {
+        *methods->GetRecvStatus() =
+            grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the answer was lost (test)");
+      }
+      methods->Proceed();
+    }
+
+   private:
+    const bool txn_;
+    const std::shared_ptr<std::atomic<int>> left_;
+  };
+  const std::shared_ptr<std::atomic<int>> left_;
+};
+
 }  // namespace
+
+TEST_CASE(
+    "serving lease 0. an attempt whose answer was lost after etcd applied it: the next attempt "
+    "adopts the key it put, it is not refused as superseded by its own epoch") {
+  EtcdCluster cluster;
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  sharemgr::LeaseConfig config{.endpoints = cluster.endpoints(),
+                               .prefix = "/sharemgr",
+                               .volume = "pvc-test",
+                               .holder = "pod-a",
+                               .options = {.epoch = 4, .ttl = base::Duration(6000)}};
+  auto left = std::make_shared<std::atomic<int>>(1);
+  auto options = sharemgr::LeaseClientOptions(config);
+  options.interceptors = [left] {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> out;
+    out.push_back(std::make_unique<LoseTxnAnswers>(left));
+    return out;
+  };
+  auto backend = RequireOk(sharemgr::MakeEtcdLeaseBackend(config, base::SteadyClock(), options));
+  const auto deadline = [] { return base::SteadyClock().Now() + base::Duration(3000); };
+
+  // The first attempt landed (the key is on its lease, the epoch recorded),
+  // and its answer was lost.
+  const auto first = backend->TryAcquire(6, deadline());
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.status().code() == absl::StatusCode::kDeadlineExceeded);
+  const auto landed = RequireOk(Get(*client, kLeaseKey));
+  CHECK(landed.value() == "00000000000000000004 pod-a");
+  CHECK(RequireOk(Get(*client, kEpochKey)).value() == "00000000000000000004");
+  CHECK(RemainingTtl(*client, landed.lease()) > 0);
+
+  // Retried: taken, on the lease the first attempt put the key on.
+  const auto second = RequireOk(backend->TryAcquire(6, deadline()));
+  CHECK(second.outcome == sharemgr::LeaseBackend::Attempt::Outcome::kTaken);
+  CHECK(second.granted_ttl_seconds > 0);
+  const auto held = RequireOk(Get(*client, kLeaseKey));
+  CHECK(held.lease() == landed.lease());
+  CHECK(held.mod_revision() == landed.mod_revision());
+  // And kept alive as ours.
+  const auto renewal = RequireOk(backend->KeepAlive(deadline()));
+  CHECK(renewal.ttl_seconds > 0);
+  CHECK(renewal.key == sharemgr::LeaseBackend::Renewal::Key::kOurs);
+  REQUIRE(backend->Revoke(deadline()).ok());
+  CHECK_FALSE(Get(*client, kLeaseKey).has_value());
+}
+
+TEST_CASE(
+    "serving lease 0b. the older holder's key deleted by hand while its etcd lease lives: the next "
+    "epoch waits for the lease, not the key (that holder still serves until a renewal tells it)") {
+  EtcdCluster cluster;
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  // The older holder, epoch 3, alive on its own lease.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(30);
+  const int64_t older = RequireOk(client->LeaseGrant(grant)).id();
+  etcdserverpb::PutRequest put;
+  put.set_key(kLeaseKey);
+  put.set_value("00000000000000000003 pod-old");
+  put.set_lease(older);
+  RequireOk(client->Put(put));
+  put.set_key(kEpochKey);
+  put.set_value("00000000000000000003");
+  put.clear_lease();
+  RequireOk(client->Put(put));
+
+  const sharemgr::LeaseConfig config{.endpoints = cluster.endpoints(),
+                                     .prefix = "/sharemgr",
+                                     .volume = "pvc-test",
+                                     .holder = "pod-new",
+                                     .options = {.epoch = 4, .ttl = base::Duration(6000)}};
+  auto backend = RequireOk(sharemgr::MakeEtcdLeaseBackend(config, base::SteadyClock()));
+  const auto in = [](int ms) { return base::SteadyClock().Now() + base::Duration(ms); };
+  const auto attempt = RequireOk(backend->TryAcquire(6, in(3000)));
+  REQUIRE(attempt.outcome == sharemgr::LeaseBackend::Attempt::Outcome::kHeldByOther);
+  CHECK(attempt.other_epoch == 3);
+
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(kLeaseKey);
+  RequireOk(client->DeleteRange(del));
+  // Key gone, lease alive: not released, however often asked.
+  CHECK_FALSE(RequireOk(backend->WaitReleased(in(1000))));
+  CHECK_FALSE(RequireOk(backend->WaitReleased(in(500))));
+  // The lease gone (revoked: the holder stopped): released.
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(older);
+  RequireOk(client->LeaseRevoke(revoke));
+  CHECK(RequireOk(backend->WaitReleased(in(3000))));
+  CHECK(RequireOk(backend->TryAcquire(6, in(3000))).outcome ==
+        sharemgr::LeaseBackend::Attempt::Outcome::kTaken);
+  CHECK(backend->Revoke(in(3000)).ok());
+}
 
 TEST_CASE(
     "serving lease 1. the lease is taken (its key in etcd under the epoch) and real NFS I/O is "

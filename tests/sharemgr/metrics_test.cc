@@ -138,7 +138,10 @@ TEST_CASE(
     "detection") {
   ShareMetrics m;
   m.OnStatus(State::kServing, 10);
-  for (int i = 0; i < 3; ++i) m.OnProbe(milliseconds(1000), /*answered=*/false, /*missed=*/true);
+  for (int i = 0; i < 3; ++i) {
+    m.OnProbe(milliseconds(1000), /*answered=*/false);
+    m.OnMiss();
+  }
   m.OnHangDetected(milliseconds(3000));
   m.OnDeath({.cause = DeathCause::kHung,
              .exit = {.code = -1, .signal = 9},
@@ -155,12 +158,11 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "share metrics: answered probes are timed, failures before the first answer are no "
-    "misses") {
+    "share metrics: answered probes are timed, failed ones are not, misses are counted apart") {
   ShareMetrics m;
-  m.OnProbe(std::chrono::microseconds(300), true, false);
-  m.OnProbe(std::chrono::microseconds(500), true, false);
-  m.OnProbe(milliseconds(3), false, false);
+  m.OnProbe(std::chrono::microseconds(300), true);
+  m.OnProbe(std::chrono::microseconds(500), true);
+  m.OnProbe(milliseconds(3), false);
   const Collected now(*m.catalogue());
   CHECK(now.HistogramCount("sharemgr_ganesha_probe_duration_seconds") == 2);
   CHECK(now.HistogramSum("sharemgr_ganesha_probe_duration_seconds") == doctest::Approx(0.0008));

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/fake_time_source.h"
 #include "tests/support/pid_file.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
@@ -30,9 +31,11 @@ using std::chrono::milliseconds;
 // Runs a Supervisor on its own loop thread and records every published status.
 class Harness {
  public:
+  // `clock`: what the supervisor reads for its deadlines (the steady clock
+  // unless given); its timers run on real time either way.
   explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"},
-                   bool probe_short = false)
-      : probe_short_(probe_short) {
+                   bool probe_short = false, const base::TimeSource* clock = nullptr)
+      : probe_short_(probe_short), clock_(clock != nullptr ? *clock : steady_) {
     options.command = std::move(command);
     thread_ = std::thread([this, options] {
       EventLoop loop;
@@ -41,13 +44,12 @@ class Harness {
           loop, options,
           [this](base::Duration timeout) -> absl::Status {
             const int n = ++probes_;
-            if (probe_short_) {
+            const bool answers_anyway = answer_every_ > 0 && n % answer_every_ == 0;
+            if (probe_short_ && !answers_anyway) {
               std::this_thread::sleep_for(std::min(timeout, milliseconds(5)));
               return absl::ResourceExhaustedError("socket: Too many open files");
             }
-            if (probe_ok_ || (answer_every_ > 0 && n % answer_every_ == 0)) {
-              return absl::OkStatus();
-            }
+            if (probe_ok_ || answers_anyway) return absl::OkStatus();
             const auto start = base::Clock::now();
             std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
             {
@@ -72,10 +74,14 @@ class Harness {
                 budget_left_ = sup.DeathBudgetLeft();
               },
           .probed =
-              [this](base::Clock::duration, bool answered, bool missed) {
+              [this](base::Clock::duration, bool answered) {
                 std::lock_guard lock(mu_);
                 answered_probes_ += answered ? 1 : 0;
-                misses_ += missed ? 1 : 0;
+              },
+          .missed =
+              [this] {
+                std::lock_guard lock(mu_);
+                misses_++;
               },
           .hang_detected =
               [this](base::Clock::duration since) {
@@ -174,7 +180,8 @@ class Harness {
   }
 
   std::atomic<bool> probe_ok_{true};
-  // While probe_ok_ is false, every answer_every_-th probe still answers (0: none).
+  // While probe_ok_ is false or probe_short_ is true, every answer_every_-th
+  // probe still answers (0: none).
   std::atomic<int> answer_every_{0};
   std::atomic<int> probes_{0};
   std::atomic<bool> ready_{true};
@@ -182,7 +189,8 @@ class Harness {
   std::atomic<bool> probe_short_{false};
 
  private:
-  base::SteadyTimeSource clock_;
+  base::SteadyTimeSource steady_;
+  const base::TimeSource& clock_;
   std::mutex loop_mu_;
   EventLoop* loop_ = nullptr;  // guarded by loop_mu_ once the run started
   Supervisor* sup_ = nullptr;
@@ -286,13 +294,18 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a probe that cannot run here (out of descriptors) is no miss: the child is never killed for "
-    "it") {
+    "a shortage that passes is never a reason to kill: probes that could not run here, fewer than "
+    "--probe-failures in a row are no miss, and the misses longer runs count end at the next "
+    "answer") {
   Harness h(FastOptions());  // 3 misses in a row mean hung
   const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  // 7 probes in a row that cannot run (two misses: after the 3rd and the
+  // 6th), then an answer, over and over.
+  h.answer_every_ = 8;
   h.probe_short_ = true;
-  h.ProbeWhileAlive(30, pid);
+  h.ProbeWhileAlive(40, pid);
   h.probe_short_ = false;
+  h.answer_every_ = 0;
   // Real answers afterwards: still the same child, serving, never restarted.
   h.ProbeWhileAlive(3, pid);
   const auto now = h.history().back();
@@ -300,23 +313,69 @@ TEST_CASE(
   CHECK(now.state == State::kServing);
 }
 
-TEST_CASE("a probe that cannot run here holds the start timeout: it kills only on a real miss") {
+TEST_CASE(
+    "a shortage that lasts counts: --probe-failures probes in a row that could not run here are "
+    "one miss, so a hung child beside a descriptor leak is still killed") {
+  Harness h(FastOptions());  // 3 misses in a row mean hung
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  const int from = h.probes_;
+  h.probe_short_ = true;  // for good: only a lasting shortage, no answer ever again
+  const auto killed = h.WaitFor(
+      [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
+  CHECK(killed.last_exit->signal == SIGKILL);
+  CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed in a row (last: 3 "
+                                          "probes in a row could not run here") !=
+        std::string::npos);
+  CHECK(h.probes_ - from >= 9);  // 3 misses of 3 rounds each
+  CHECK_FALSE(Alive(first));
+}
+
+TEST_CASE(
+    "a probe that cannot run here holds the start timeout, for at most another start timeout, and "
+    "a "
+    "real miss kills at once") {
   SupervisorOptions options = FastOptions();
-  options.start_timeout = milliseconds(200);
-  Harness h(options, {"sleep", "1000"}, /*probe_short=*/true);
-  const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
-  // Many times the start timeout of probes that could not run.
-  REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 60; }, milliseconds(10'000)));
-  auto now = h.history().back();
-  CHECK(now.pid == pid);
-  CHECK(now.state == State::kStarting);
-  CHECK_FALSE(now.last_exit.has_value());
-  CHECK(Alive(pid));
-  // A probe that reaches the child and gets no answer: the timeout applies again.
-  h.probe_ok_ = false;
-  h.probe_short_ = false;
-  const auto killed = h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
-  CHECK(killed.last_exit_description.find("did not answer NFS NULL within") != std::string::npos);
+  options.start_timeout = std::chrono::seconds(10);
+  testing_support::FakeTimeSource clock;  // the deadlines move only when told
+  SUBCASE("a real miss after the deadline") {
+    Harness h(options, {"sleep", "1000"}, /*probe_short=*/true, &clock);
+    const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
+    // Some probes have been and gone (before the first, nothing holds the deadline).
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 5; }, milliseconds(10'000)));
+    clock.Advance(options.start_timeout + milliseconds(1));
+    // Probes that could not run, past the deadline: held.
+    const int from = h.probes_;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= from + 30; }, milliseconds(10'000)));
+    auto now = h.history().back();
+    CHECK(now.pid == pid);
+    CHECK(now.state == State::kStarting);
+    CHECK_FALSE(now.last_exit.has_value());
+    CHECK(Alive(pid));
+    // A probe that reaches the child and gets no answer: the timeout applies again.
+    h.probe_ok_ = false;
+    h.probe_short_ = false;
+    const auto killed =
+        h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+    CHECK(killed.last_exit_description.find("did not answer NFS NULL within 10s of starting (") !=
+          std::string::npos);
+  }
+  SUBCASE("a shortage that outlasts another start timeout") {
+    Harness h(options, {"sleep", "1000"}, /*probe_short=*/true, &clock);
+    const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 5; }, milliseconds(10'000)));
+    clock.Advance(2 * options.start_timeout);
+    const int from = h.probes_;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= from + 10; }, milliseconds(10'000)));
+    CHECK(h.history().back().pid == pid);
+    CHECK_FALSE(h.history().back().last_exit.has_value());  // held: not past it yet
+    clock.Advance(milliseconds(1));
+    const auto killed =
+        h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+    CHECK(killed.last_exit_description.find(
+              "did not answer NFS NULL within 10s of starting, nor 10s later while probes could "
+              "not run here (last: could not probe here: socket: Too many open files)") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("the death budget: one death more than allowed is FAILED, then the run ends") {
