@@ -328,6 +328,11 @@ TEST_CASE(
         std::string::npos);
   CHECK(h.probes_ - from >= 9);  // 3 misses of 3 rounds each
   CHECK_FALSE(Alive(first));
+  // As the metrics see it: three misses, a hang, not a signal.
+  CHECK(h.misses() == 3);
+  CHECK(h.hangs().size() == 1);
+  REQUIRE(h.deaths().size() == 1);
+  CHECK(h.deaths()[0].cause == DeathCause::kHung);
 }
 
 TEST_CASE(
