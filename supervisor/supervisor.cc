@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/byte_size.h"
 #include "base/fmt_absl.h"
 
 namespace supervisor {
@@ -32,6 +33,26 @@ sigset_t SupervisedSignals() {
 
 }  // namespace
 
+std::string_view DeathCauseName(DeathCause cause) {
+  switch (cause) {
+    case DeathCause::kExited:
+      return "exited";
+    case DeathCause::kSignaled:
+      return "signal";
+    case DeathCause::kHung:
+      return "hung";
+    case DeathCause::kStartTimeout:
+      return "start_timeout";
+    case DeathCause::kMemory:
+      return "memory";
+    case DeathCause::kSpawnFailed:
+      return "spawn_failed";
+    case DeathCause::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
 void BlockSupervisedSignals() {
   const sigset_t set = SupervisedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -51,6 +72,7 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
       policy_(options_.restart),
       probe_short_log_(kProbeShortLogPeriod, clock),
       probe_timer_(loop, [this] { OnProbeTimer(); }),
+      usage_timer_(loop, [this] { SampleUsage(); }),
       restart_timer_(loop, [this] { SpawnChild(); }),
       stop_timer_(loop,
                   [this] {
@@ -132,6 +154,7 @@ void Supervisor::SpawnChild() {
   if (!child.ok()) {
     spdlog::error("cannot start ganesha: {}", child.status().message());
     status_.last_exit = ChildExit{127, 0};
+    status_.last_exit_cause = DeathCause::kSpawnFailed;
     status_.last_exit_description = std::string(child.status().message());
     status_.last_exit_at = std::chrono::system_clock::now();
     // A spawn failure costs a death, so a missing binary ends in FAILED, not a loop.
@@ -158,6 +181,7 @@ void Supervisor::SpawnChild() {
   misses_ = 0;
   probe_short_ = false;
   kill_reason_.clear();
+  samples_over_limit_ = 0;
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
   status_.child_started = std::chrono::system_clock::now();
@@ -171,6 +195,7 @@ void Supervisor::SpawnChild() {
   pidfd_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnChildExit(); });
   output_token_ = loop_.Watch(child_->output_fd(), EPOLLIN, [this](uint32_t) { OnChildOutput(); });
   probe_timer_.ArmPeriodic(kStartupProbeInterval);
+  usage_timer_.ArmPeriodic(options_.probe_interval);
   Publish();
   OnProbeTimer();
 }
@@ -195,10 +220,19 @@ void Supervisor::OnChildExit() {
   Unwatch(pidfd_token_);
   Unwatch(output_token_);
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   const pid_t pid = status_.pid;
   child_.reset();
   status_.pid = 0;
   status_.last_exit = *exit;
+  if (status_.state == State::kStopping || status_.state == State::kFailed) {
+    status_.last_exit_cause = DeathCause::kStopped;
+  } else if (!kill_reason_.empty()) {
+    status_.last_exit_cause = kill_cause_;
+  } else {
+    status_.last_exit_cause = exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited;
+  }
+  if (status_.last_exit_cause == DeathCause::kMemory) status_.memory_kills++;
   status_.last_exit_description =
       kill_reason_.empty() ? exit->Describe() : absl::StrCat(kill_reason_, "; ", exit->Describe());
   status_.last_exit_at = std::chrono::system_clock::now();
@@ -266,7 +300,8 @@ void Supervisor::OnProbeTimer() {
   if (!answered_ && !probe_short_ && clock_.Now() > start_deadline_) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
                       base::FormatDuration(options_.start_timeout),
-                      " of starting (last: ", last_probe_error_, ")"));
+                      " of starting (last: ", last_probe_error_, ")"),
+         DeathCause::kStartTimeout);
     return;
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
@@ -304,7 +339,8 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
                  result.message());
     if (misses_ >= options_.probe_failures) {
       Kill(absl::StrCat("hung: ", misses_,
-                        " NFS NULL probes missed in a row (last: ", result.message(), ")"));
+                        " NFS NULL probes missed in a row (last: ", result.message(), ")"),
+           DeathCause::kHung);
     }
     return;
   }
@@ -348,10 +384,41 @@ void Supervisor::Reevaluate() {
   }
 }
 
-void Supervisor::Kill(std::string reason) {
+void Supervisor::SampleUsage() {
+  if (!child_ || !kill_reason_.empty()) return;
+  const pid_t pid = child_->pid();
+  const auto usage = options_.read_usage(pid);
+  if (!usage) return;  // exiting: its pidfd tells
+  const uint64_t limit = options_.memory_limit_bytes;
+  if (limit > 0 && usage->rss_bytes > limit) {
+    ++samples_over_limit_;
+    if (samples_over_limit_ == 1) {
+      spdlog::warn(
+          "ganesha pid {} uses {} of memory (RSS), over the limit of {}: restarted when it stays "
+          "over for {} samples ({})",
+          pid, base::FormatBytes(usage->rss_bytes), base::FormatBytes(limit),
+          options_.memory_limit_samples,
+          base::FormatDuration(options_.probe_interval * options_.memory_limit_samples));
+    }
+  } else if (samples_over_limit_ > 0) {
+    spdlog::info("ganesha pid {} memory back under the limit: {} of {} (RSS)", pid,
+                 base::FormatBytes(usage->rss_bytes), base::FormatBytes(limit));
+    samples_over_limit_ = 0;
+  }
+  const ChildUsage sample{.pid = pid, .usage = *usage, .samples_over_limit = samples_over_limit_};
+  for (const auto& observer : usage_observers_) observer(sample);
+  if (limit > 0 && samples_over_limit_ >= options_.memory_limit_samples) {
+    Kill(absl::StrCat("memory: RSS ", base::FormatBytes(usage->rss_bytes), " over the limit of ",
+                      base::FormatBytes(limit), " in ", samples_over_limit_, " samples in a row"),
+         DeathCause::kMemory);
+  }
+}
+
+void Supervisor::Kill(std::string reason, DeathCause cause) {
   if (!child_) return;
   spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
   kill_reason_ = std::move(reason);
+  kill_cause_ = cause;
   if (machine_.TransitionTo(State::kDegraded, kill_reason_)) Publish();
   child_->SignalGroup(SIGKILL);
 }
@@ -367,6 +434,7 @@ void Supervisor::Stop(std::string reason) {
   Publish();
   restart_timer_.Disarm();
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   linger_timer_.Disarm();
   if (!child_) {
     Finish(failed ? Outcome::kFailed : Outcome::kStopped);
@@ -391,6 +459,7 @@ void Supervisor::Fail(std::string reason, StopSignal how) {
   Publish();
   restart_timer_.Disarm();
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   if (child_ && how == StopSignal::kTerm) {
     child_->SignalGroup(SIGTERM);
     child_->SignalGroup(SIGCONT);

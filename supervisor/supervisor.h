@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "base/log_limiter.h"
+#include "base/proc.h"
 #include "supervisor/child_process.h"
 #include "supervisor/event_loop.h"
 #include "supervisor/health_state.h"
@@ -25,6 +26,29 @@
 #include "supervisor/worker.h"
 
 namespace supervisor {
+
+// Why a child process ended, as far as the supervisor can tell.
+enum class DeathCause {
+  kExited,        // exited on its own, with a code
+  kSignaled,      // killed by a signal not sent here (a crash, the OOM killer, kill -9)
+  kHung,          // SIGKILLed here after probe_failures missed probes in a row
+  kStartTimeout,  // SIGKILLed here: no answer within start_timeout of starting
+  kMemory,        // SIGKILLed here: resident memory over memory_limit_bytes for too long
+  kSpawnFailed,   // could not be started at all
+  kStopped,       // ended by Stop() or Fail(): not a death, costs no budget
+};
+
+// "exited", "signal", "hung", "start_timeout", "memory", "spawn_failed", "stopped":
+// stable words for logs, the status and metric labels.
+std::string_view DeathCauseName(DeathCause cause);
+
+// One sample of the running child's usage, taken every probe interval.
+struct ChildUsage {
+  pid_t pid = 0;
+  base::ProcessUsage usage;
+  // Samples in a row with resident memory over the limit (0 without a limit).
+  int samples_over_limit = 0;
+};
 
 struct SupervisorOptions {
   std::vector<std::string> command;
@@ -39,6 +63,13 @@ struct SupervisorOptions {
   // How long the FAILED status stays readable before Run() ends.
   base::Duration failed_linger{std::chrono::seconds(5)};
   RestartPolicyOptions restart;
+  // The child is SIGKILLed and restarted (a death of cause kMemory, against
+  // the budget) once its resident memory has been over this many bytes in
+  // `memory_limit_samples` samples in a row, one per probe interval. 0: no limit.
+  uint64_t memory_limit_bytes = 0;
+  int memory_limit_samples = 10;
+  // How a sample is read: /proc of the child, unless a test scripts it.
+  std::function<std::optional<base::ProcessUsage>(pid_t)> read_usage = base::ReadProcessUsage;
 };
 
 struct SupervisorStatus {
@@ -49,8 +80,11 @@ struct SupervisorStatus {
   std::chrono::system_clock::time_point child_started;
   uint32_t restarts = 0;
   std::optional<ChildExit> last_exit;
+  DeathCause last_exit_cause = DeathCause::kExited;  // with last_exit
   std::string last_exit_description;
   std::chrono::system_clock::time_point last_exit_at;
+  // Children killed for their memory (also counted in deaths and restarts).
+  uint32_t memory_kills = 0;
 };
 
 enum class Outcome { kStopped, kFailed };
@@ -64,6 +98,9 @@ class Supervisor {
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
   using StatusObserver = std::function<void(const SupervisorStatus&)>;
+  // Every usage sample of the running child (loop thread). Samples are not
+  // status changes: they are never published to status observers.
+  using UsageObserver = std::function<void(const ChildUsage&)>;
 
   Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober, ReadinessCheck ready,
              const base::TimeSource& clock);
@@ -73,6 +110,7 @@ class Supervisor {
 
   // All below: loop thread only.
   void AddStatusObserver(StatusObserver observer) { observers_.push_back(std::move(observer)); }
+  void AddUsageObserver(UsageObserver observer) { usage_observers_.push_back(std::move(observer)); }
   // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
@@ -110,7 +148,9 @@ class Supervisor {
   void OnProbeTimer();
   void OnProbeResult(uint64_t instance, absl::Status result);
   void HandleProbeResult(uint64_t instance, absl::Status result);
-  void Kill(std::string reason);
+  // Reads the child's usage, tells the usage observers, enforces the memory limit.
+  void SampleUsage();
+  void Kill(std::string reason, DeathCause cause);
   void Finish(Outcome outcome);
   void Publish();
   void Unwatch(uint64_t& token);
@@ -124,6 +164,7 @@ class Supervisor {
   HealthStateMachine machine_;
   SupervisorStatus status_;
   std::vector<StatusObserver> observers_;
+  std::vector<UsageObserver> usage_observers_;
 
   std::optional<ChildProcess> child_;
   uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored
@@ -142,12 +183,16 @@ class Supervisor {
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;
+  DeathCause kill_cause_ = DeathCause::kSignaled;  // with kill_reason_
+  int samples_over_limit_ = 0;
   base::TimePoint start_deadline_{};
   std::optional<base::TimePoint> fast_until_;
   std::optional<Outcome> outcome_;
   bool held_ = false;
 
   Timer probe_timer_;
+  // Usage samples, every probe interval while a child runs.
+  Timer usage_timer_;
   Timer restart_timer_;
   Timer stop_timer_;
   Timer linger_timer_;
