@@ -350,6 +350,11 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
     answered_ = true;
     spdlog::info("ganesha pid {} answers NFS NULL", child_->pid());
     probe_timer_.ArmPeriodic(options_.probe_interval);
+    // Its usage is in the status from the moment it serves; samples follow a
+    // probe interval apart from here.
+    usage_timer_.ArmPeriodic(options_.probe_interval);
+    SampleUsage();
+    if (!kill_reason_.empty()) return;  // over its memory limit already
   }
   Reevaluate();
   // A ProbeSoon window ends when the share is ready again, or after its time.

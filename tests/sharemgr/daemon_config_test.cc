@@ -101,6 +101,11 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
       {[](DaemonFlags& f) { f.grace_period = 10; }, "--grace-period"},
       {[](DaemonFlags& f) { f.nfs_port = 70000; }, "--nfs-port"},
       {[](DaemonFlags& f) { f.pod_uid = "uid with spaces"; }, "--pod-uid"},
+      {[](DaemonFlags& f) { f.ganesha_memory_limit = "lots"; }, "--ganesha-memory-limit"},
+      {[](DaemonFlags& f) { f.ganesha_memory_limit = "-1Gi"; }, "--ganesha-memory-limit"},
+      {[](DaemonFlags& f) { f.ganesha_memory_grace = "forever"; }, "--ganesha-memory-grace"},
+      {[](DaemonFlags& f) { f.ganesha_cache_entries = -1; }, "--ganesha-cache-entries"},
+      {[](DaemonFlags& f) { f.ganesha_max_connections = 20'000; }, "--ganesha-max-connections"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.flag);
@@ -295,6 +300,39 @@ TEST_CASE(
   CHECK(config->volume->mount_options == std::vector<std::string>{"discard", "noatime"});
   flags.longhorn_mount_options = {"a,b"};
   CHECK_FALSE(ResolveDaemonConfig(flags).ok());
+}
+
+TEST_CASE(
+    "ganesha's memory: caches bounded by default (10000 files, 100 directory chunks, 1024 "
+    "clients and connections), no RSS limit, and a limit holds for the grace in probe intervals") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  const auto& limits = config->ganesha.input().limits;
+  CHECK(limits.cache_entries == 10'000);
+  CHECK(limits.dir_chunks == 100);
+  CHECK(limits.max_clients == 1'024);
+  CHECK(limits.max_connections == 1'024);
+  CHECK(config->supervisor.memory_limit_bytes == 0);
+
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  // CLI11 takes a vector of arguments last first.
+  REQUIRE_NOTHROW(app.parse(
+      std::vector<std::string>{"2.5s", "--ganesha-memory-grace", "512Mi", "--ganesha-memory-limit",
+                               "0", "--ganesha-cache-entries", "pvc-1", "--volume"}));
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->ganesha.input().limits.cache_entries == 0);  // ganesha's own default
+  CHECK(config->supervisor.memory_limit_bytes == 512ull << 20);
+  CHECK(config->supervisor.memory_limit_samples == 3);  // 2.5 s at 1 s: three samples
+  flags.probe_interval = "250ms";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 10);
+  flags.ganesha_memory_grace = "0s";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 1);
+  flags.ganesha_memory_limit = "off";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_bytes == 0);
 }
 
 TEST_CASE("[v6]:port and :port listen addresses are accepted") {
