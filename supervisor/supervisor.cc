@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/byte_size.h"
 #include "base/fmt_absl.h"
+#include "base/json_log.h"
 
 namespace supervisor {
 namespace {
@@ -185,6 +186,7 @@ void Supervisor::SpawnChild() {
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
   status_.child_started = std::chrono::system_clock::now();
+  const base::LogFields fields({{"pid", int64_t{child_->pid()}}});
   spdlog::info("started ganesha pid {}", child_->pid());
   if (status_.state == State::kDegraded) {
     status_.reason =
@@ -233,6 +235,10 @@ void Supervisor::OnChildExit() {
     status_.last_exit_cause = exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited;
   }
   if (status_.last_exit_cause == DeathCause::kMemory) status_.memory_kills++;
+  const base::LogFields fields({{"pid", int64_t{pid}},
+                                {"cause", std::string(DeathCauseName(status_.last_exit_cause))},
+                                {"exit_code", int64_t{exit->code}},
+                                {"signal", int64_t{exit->signal}}});
   status_.last_exit_description =
       kill_reason_.empty() ? exit->Describe() : absl::StrCat(kill_reason_, "; ", exit->Describe());
   status_.last_exit_at = std::chrono::system_clock::now();
@@ -395,6 +401,8 @@ void Supervisor::SampleUsage() {
   const auto usage = options_.read_usage(pid);
   if (!usage) return;  // exiting: its pidfd tells
   const uint64_t limit = options_.memory_limit_bytes;
+  const base::LogFields fields(
+      {{"pid", int64_t{pid}}, {"rss_bytes", usage->rss_bytes}, {"memory_limit_bytes", limit}});
   if (limit > 0 && usage->rss_bytes > limit) {
     ++samples_over_limit_;
     if (samples_over_limit_ == 1) {
@@ -421,6 +429,8 @@ void Supervisor::SampleUsage() {
 
 void Supervisor::Kill(std::string reason, DeathCause cause) {
   if (!child_) return;
+  const base::LogFields fields(
+      {{"pid", int64_t{child_->pid()}}, {"cause", std::string(DeathCauseName(cause))}});
   spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
   kill_reason_ = std::move(reason);
   kill_cause_ = cause;

@@ -1,18 +1,22 @@
 // What an operator sees of a real share-manager and ganesha: the memory bound
 // acting on a real ganesha (restarted in place, a death of cause memory, the
-// budget spent), and `status` / `top` showing the key figures.
+// budget spent), `status` / `top` showing the key figures, and the logs as
+// JSON lines for a log shipper.
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "base/proc.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/json_lines.h"
 #include "tests/support/nfs_bulk.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/program_process.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
 
 namespace {
@@ -159,4 +163,70 @@ TEST_CASE(
   CHECK(script.output().starts_with("\x1b[?25l\x1b[H\x1b[2Jshare-manager top: "));
   CHECK(Count(script.output(), "\x1b[H\x1b[2J") >= 2);
   CHECK(script.output().ends_with("\x1b[?25h"));
+}
+
+// The line (as ParseJsonLines writes it back) holding every one of `parts`.
+std::string LineWith(const std::vector<std::string>& lines, const std::vector<std::string>& parts) {
+  for (const auto& line : lines) {
+    bool all = true;
+    for (const auto& part : parts) all = all && Contains(line, part);
+    if (all) return line;
+  }
+  return "";
+}
+
+TEST_CASE(
+    "--log-format json: every line share-manager writes parses as one JSON object with time, "
+    "level, component, volume, epoch and message, the event's fields, and any bytes escaped") {
+  auto d = StartDaemon({.extra_flags = {"--log-format", "json", "--epoch", "5"}});
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  // ganesha's log lines carry what clients send (file names, say): quotes, a
+  // backslash, control characters and bytes that are not UTF-8 pass through.
+  std::ofstream(d->state_dir() + "/ganesha.log", std::ios::app)
+      << "nfs-ganesha-1[svc_7] test :NFS4 :WARN :odd name \"a\\b\"\r\x01\x1b[31m\t\xff end\n";
+  REQUIRE(testing_support::WaitFor([&] { return Contains(d->output(), "odd name"); },
+                                   milliseconds(10'000)));
+  REQUIRE(testing_support::KillPid(ganesha, SIGKILL) == 0);
+  REQUIRE(d->WaitFor(
+               [&](const v1::ShareStatus& s) {
+                 return s.state() == v1::SERVING && s.ganesha_pid() != ganesha;
+               },
+               milliseconds(15'000), "SERVING again")
+              .ok());
+  d->Signal(SIGTERM);
+  REQUIRE(RequireOk(d->WaitExit(milliseconds(15'000))) == 0);
+
+  const auto lines = testing_support::ParseJsonLines(d->output());
+  REQUIRE_MESSAGE(lines.ok(), lines.status().ToString());
+  REQUIRE(lines->size() > 10);
+  for (const auto& line : *lines) {
+    CAPTURE(line);
+    CHECK(Contains(line, "\"volume\": \"pvc-test\""));
+    CHECK(Contains(line, "\"epoch\": 5"));
+  }
+  CHECK_FALSE(
+      LineWith(*lines, {"\"component\": \"share-manager\"", "started ganesha pid"}).empty());
+  // ganesha's own line, as its logger, level from its WARN, every byte accounted for.
+  CHECK_FALSE(LineWith(*lines, {"\"component\": \"ganesha\"", "\"level\": \"warning\"",
+                                "odd name \\\"a\\\\b\\\"\\r\\u0001\\u001b[31m\\t\\ufffd end\""})
+                  .empty());
+  // The death as an event: its fields beside the message.
+  const std::string pid = std::to_string(ganesha);
+  CHECK_FALSE(LineWith(*lines, {"\"cause\": \"signal\"", "\"signal\": 9", "\"pid\": " + pid + ",",
+                                "\"state\": \"DEGRADED\"", "\"previous_state\": \"SERVING\""})
+                  .empty());
+  CHECK_FALSE(LineWith(*lines, {"\"message\": \"stopped\""}).empty());
+}
+
+TEST_CASE("--log-format json: a flag share-manager refuses is one JSON line too, quotes escaped") {
+  const testing_support::TempDir dir;
+  const auto refused = RunCommand({ShareManagerBinary(), "daemon", "--log-format", "json",
+                                   "--volume", "pvc-json", "--export-dir", dir.path() + "/a\"b",
+                                   "--listen", "127.0.0.1:1", "--health-listen", "none"});
+  CHECK(refused.exit_code == 2);
+  const auto lines = testing_support::ParseJsonLines(refused.output);
+  REQUIRE_MESSAGE(lines.ok(), lines.status().ToString());
+  REQUIRE(lines->size() == 1);
+  CHECK(Contains(lines->front(), "\"level\": \"error\""));
+  CHECK(Contains(lines->front(), "a\\\"b': contains the character"));
 }
