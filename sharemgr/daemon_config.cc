@@ -228,8 +228,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
                  "ganesha's default of 100000")
       ->capture_default_str();
   app.add_option("--ganesha-dir-chunks", f.ganesha_dir_chunks,
-                 "Directory chunks of 128 entries ganesha keeps cached (MDCACHE Chunks_HWMark); "
-                 "0: ganesha's default of 100000")
+                 "Directory chunks ganesha keeps cached (MDCACHE Chunks_HWMark); 0: ganesha's "
+                 "default of 100000")
+      ->capture_default_str();
+  app.add_option("--ganesha-dir-chunk-entries", f.ganesha_dir_chunk_entries,
+                 "Entries of a directory chunk, and names a cached directory keeps from lookups "
+                 "(MDCACHE Dir_Chunk); 0: ganesha's default of 128")
       ->capture_default_str();
   app.add_option("--ganesha-max-clients", f.ganesha_max_clients,
                  "NFSv4 clients ganesha keeps state for (Max_Client_Ids); 0: unlimited")
@@ -382,6 +386,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .anon_gid = f.anon_gid,
       .limits = {.cache_entries = f.ganesha_cache_entries,
                  .dir_chunks = f.ganesha_dir_chunks,
+                 .dir_chunk_entries = f.ganesha_dir_chunk_entries,
                  .max_clients = f.ganesha_max_clients,
                  .max_connections = f.ganesha_max_connections},
   });
@@ -407,10 +412,10 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     }
     sup.memory_limit_bytes = *limit;
   }
-  // One sample per probe interval; the limit holds for the whole grace, and
-  // at least one sample.
-  sup.memory_limit_samples = static_cast<int>(std::max<int64_t>(
-      1, (memory_grace->count() + probe_interval->count() - 1) / probe_interval->count()));
+  // One sample per probe interval: the first one over the limit, and the
+  // grace's worth after it (rounded up), all over it.
+  sup.memory_limit_samples = static_cast<int>(
+      1 + (memory_grace->count() + probe_interval->count() - 1) / probe_interval->count());
   sup.probe_interval = *probe_interval;
   sup.start_timeout = *start_timeout;
   sup.stop_timeout = *stop_timeout;

@@ -56,6 +56,7 @@ struct DaemonFlags {
   // ganesha's own default), and a bound on its resident memory ("off" or a size).
   int64_t ganesha_cache_entries = 10'000;
   int64_t ganesha_dir_chunks = 100;
+  int64_t ganesha_dir_chunk_entries = 32;
   int64_t ganesha_max_clients = 1'024;
   int64_t ganesha_max_connections = 1'024;
   std::string ganesha_memory_limit = "off";

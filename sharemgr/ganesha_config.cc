@@ -44,6 +44,7 @@ absl::StatusOr<GaneshaConfig> GaneshaConfig::Create(GaneshaConfigInput input) {
   for (const auto& [flag, value, max] : {
            std::tuple{"--ganesha-cache-entries", l.cache_entries, int64_t{4'294'967'295}},
            std::tuple{"--ganesha-dir-chunks", l.dir_chunks, int64_t{4'294'967'295}},
+           std::tuple{"--ganesha-dir-chunk-entries", l.dir_chunk_entries, int64_t{4'294'967'295}},
            std::tuple{"--ganesha-max-clients", l.max_clients, int64_t{4'294'967'295}},
            std::tuple{"--ganesha-max-connections", l.max_connections, int64_t{10'000}},
        }) {
@@ -82,8 +83,9 @@ std::string LimitLines(std::initializer_list<std::pair<const char*, int64_t>> se
 
 std::string GaneshaConfig::Render(bool with_export) const {
   const GaneshaLimits& limits = input_.limits;
-  const std::string cache =
-      LimitLines({{"Entries_HWMark", limits.cache_entries}, {"Chunks_HWMark", limits.dir_chunks}});
+  const std::string cache = LimitLines({{"Entries_HWMark", limits.cache_entries},
+                                        {"Chunks_HWMark", limits.dir_chunks},
+                                        {"Dir_Chunk", limits.dir_chunk_entries}});
   std::string out = fmt::format(
       R"(# Written by share-manager for volume {volume}; changes are overwritten.
 NFS_CORE_PARAM {{

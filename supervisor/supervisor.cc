@@ -411,7 +411,7 @@ void Supervisor::SampleUsage() {
           "over for {} samples ({})",
           pid, base::FormatBytes(usage->rss_bytes), base::FormatBytes(limit),
           options_.memory_limit_samples,
-          base::FormatDuration(options_.probe_interval * options_.memory_limit_samples));
+          base::FormatDuration(options_.probe_interval * (options_.memory_limit_samples - 1)));
     }
   } else if (samples_over_limit_ > 0) {
     spdlog::info("ganesha pid {} memory back under the limit: {} of {} (RSS)", pid,

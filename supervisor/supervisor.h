@@ -65,7 +65,8 @@ struct SupervisorOptions {
   RestartPolicyOptions restart;
   // The child is SIGKILLed and restarted (a death of cause kMemory, against
   // the budget) once its resident memory has been over this many bytes in
-  // `memory_limit_samples` samples in a row, one per probe interval. 0: no limit.
+  // `memory_limit_samples` samples in a row, one per probe interval: over it
+  // for (samples - 1) intervals. 0: no limit.
   uint64_t memory_limit_bytes = 0;
   int memory_limit_samples = 10;
   // How a sample is read: /proc of the child, unless a test scripts it.

@@ -76,7 +76,7 @@ TEST_CASE(
   REQUIRE(before.has_ganesha_usage());
   CHECK(before.ganesha_usage().rss_bytes() < (24u << 20));
   CHECK(before.ganesha_usage().memory_limit_bytes() == (24u << 20));
-  CHECK(before.ganesha_usage().samples_allowed() == 3);
+  CHECK(before.ganesha_usage().samples_allowed() == 4);
   const auto written = d->WriteEventually("/kept.txt", "still here");
   REQUIRE_MESSAGE(written.ok(), written.ToString());
 
@@ -89,8 +89,9 @@ TEST_CASE(
   CHECK(after->restart_count() == 1);
   CHECK(after->last_exit().cause() == v1::DEATH_MEMORY);
   CHECK(after->last_exit().signal() == SIGKILL);
-  CHECK(Contains(after->last_exit().description(), "over the limit of 24.0 MiB in 3 samples"));
-  CHECK(Contains(d->output(), "over the limit of 24.0 MiB: restarted when it stays over for 3"));
+  CHECK(Contains(after->last_exit().description(), "over the limit of 24.0 MiB in 4 samples"));
+  CHECK(Contains(d->output(),
+                 "over the limit of 24.0 MiB: restarted when it stays over for 4 samples (300ms)"));
   // The new ganesha starts small again and serves what the old one wrote.
   CHECK(RequireOk(d->ReadEventually("/kept.txt")) == "still here");
   CHECK(RequireOk(d->Status()).ganesha_usage().rss_bytes() < (24u << 20));

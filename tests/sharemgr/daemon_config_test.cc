@@ -303,7 +303,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "ganesha's memory: caches bounded by default (10000 files, 100 directory chunks, 1024 "
+    "ganesha's memory: caches bounded by default (10000 files, 100 directory chunks of 32, 1024 "
     "clients and connections), no RSS limit, and a limit holds for the grace in probe intervals") {
   DaemonFlags flags;
   flags.volume = "pvc-1";
@@ -312,6 +312,7 @@ TEST_CASE(
   const auto& limits = config->ganesha.input().limits;
   CHECK(limits.cache_entries == 10'000);
   CHECK(limits.dir_chunks == 100);
+  CHECK(limits.dir_chunk_entries == 32);
   CHECK(limits.max_clients == 1'024);
   CHECK(limits.max_connections == 1'024);
   CHECK(config->supervisor.memory_limit_bytes == 0);
@@ -326,9 +327,10 @@ TEST_CASE(
   REQUIRE(config.ok());
   CHECK(config->ganesha.input().limits.cache_entries == 0);  // ganesha's own default
   CHECK(config->supervisor.memory_limit_bytes == 512ull << 20);
-  CHECK(config->supervisor.memory_limit_samples == 3);  // 2.5 s at 1 s: three samples
+  // The first sample over the limit, then 2.5 s at 1 s: three more.
+  CHECK(config->supervisor.memory_limit_samples == 4);
   flags.probe_interval = "250ms";
-  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 10);
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 11);
   flags.ganesha_memory_grace = "0s";
   CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 1);
   flags.ganesha_memory_limit = "off";
