@@ -199,6 +199,24 @@ class CallInFlight {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A Served with a small cap whose Check calls gRPC holds unanswered (HeldChecks).
+struct HoldingServer {
+  static constexpr size_t kCap = 4;
+  testing_support::FakeTimeSource clock;
+  HeldChecks held;
+  Served s{{.max_connections = kCap, .clock = &clock}, /*max_idle_ms=*/0, &held};
+
+  // A Check from 127.0.0.1 over a connection of its own, once gRPC holds it
+  // (or it failed: refused).
+  std::unique_ptr<CallInFlight> Call(int channel_id) {
+    const int received = held.received();
+    auto call = std::make_unique<CallInFlight>(s.listener().port(), channel_id);
+    REQUIRE(
+        WaitFor([&] { return held.received() > received || call->done(); }, milliseconds(5000)));
+    return call;
+  }
+};
+
 // Connections accepted on `port` whose socket is still open anywhere in this
 // process (gRPC's descriptor or the listener's duplicate), each counted once,
 // connected or not any more: every socket whose own port is `port` but the
@@ -313,38 +331,67 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "the health port's listener: connections ended but not yet closed by gRPC count against a "
-    "ceiling of twice the cap") {
-  testing_support::FakeTimeSource clock;
-  HeldChecks held;
-  constexpr size_t kCap = 4;
-  Served s({.max_connections = kCap, .clock = &clock}, /*max_idle_ms=*/0, &held);
+    "the health port's listener: connections ended but not yet closed by gRPC count, half the "
+    "cap's worth at most per address") {
+  HoldingServer h;
+  auto& s = h.s;
+  constexpr size_t kCap = HoldingServer::kCap;
   std::vector<std::unique_ptr<CallInFlight>> calls;
   // Answered (and so destroyed) before the server shuts down, whatever fails.
   absl::Cleanup release = [&] {
-    held.Release();
+    h.held.Release();
     calls.clear();
   };
   // Each connection carries a call gRPC holds: the connections closed to make
   // room keep their descriptor in gRPC, however long it takes.
   for (size_t i = 0; i < 4 * kCap; ++i) {
     INFO("connection ", i);
-    clock.Advance(std::chrono::seconds(1));  // every open one may make room
-    const int received = held.received();
-    calls.push_back(std::make_unique<CallInFlight>(s.listener().port(), static_cast<int>(i)));
-    REQUIRE(WaitFor([&] { return held.received() > received || calls.back()->done(); },
-                    milliseconds(5000)));
-    CHECK(AcceptedSocketsOpen(s.listener().port()) <= 2 * kCap);
+    h.clock.Advance(std::chrono::seconds(1));  // every open one may make room
+    calls.push_back(h.Call(static_cast<int>(i)));
+    CHECK(AcceptedSocketsOpen(s.listener().port()) <= kCap + kCap / 2);
   }
   auto counts = s.listener().counts();
   CHECK(counts.open == kCap);
-  CHECK(counts.closing == kCap);
+  CHECK(counts.closing == kCap / 2);
   CHECK(counts.refused >= 1);
   // Answered: gRPC closes what it held, and the listener sees it.
-  held.Release();
+  h.held.Release();
   CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
-  clock.Advance(std::chrono::seconds(1));
+  h.clock.Advance(std::chrono::seconds(1));
   CHECK(s.Check());
+}
+
+// Whether the listener hands a new connection from `from` to gRPC rather than
+// refusing it: gRPC answers the client's HTTP/2 preface with its SETTINGS,
+// a refused connection is closed at once.
+bool ServedFrom(const Served& s, const char* from) {
+  auto fd = s.Connect(from);
+  constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+  REQUIRE(send(fd.get(), kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(sizeof(kPreface) - 1));
+  pollfd p{fd.get(), POLLIN, 0};
+  if (poll(&p, 1, 5000) != 1) return false;
+  char buf[64];
+  return recv(fd.get(), buf, sizeof(buf), 0) > 0;
+}
+
+TEST_CASE(
+    "the health port's listener: one address whose ended connections gRPC has not closed yet "
+    "never fills the ceiling for another") {
+  // Connections from 127.0.0.1 that end with a call gRPC still holds: as a
+  // connect-and-reset loop faster than gRPC tears connections down, each
+  // stays counted as closing. 127.0.0.2 must still be served meanwhile.
+  HoldingServer h;
+  absl::Cleanup release = [&] { h.held.Release(); };
+  for (int i = 0; i < 16; ++i) {
+    INFO("churn ", i);
+    h.Call(i).reset();  // hung up, its call still held by gRPC
+    CHECK(ServedFrom(h.s, "127.0.0.2"));
+  }
+  // The churning address was refused once it held its share of closing ones.
+  const auto counts = h.s.listener().counts();
+  CHECK(counts.refused >= 1);
+  CHECK(counts.closing <= HoldingServer::kCap / 2 + 1);
 }
 
 TEST_CASE("the health port's listener: a connection ended by either side gives its slot back") {
