@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -30,10 +29,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/abort_run.h"
+#include "bench/reconcile_passes.h"
 #include "controller/controller.h"
 #include "controller/etcd_store.h"
 #include "controller/memory_store.h"
-#include "controller/reconciler.h"
 #include "controller/simulated_runtime.h"
 #include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/serving_lease.h"
@@ -112,52 +111,6 @@ std::string Breakdown(const std::map<std::string, double>& before,
   return out.empty() ? "none" : out;
 }
 
-std::vector<std::string> CreateShares(controller::Store& store, int n) {
-  std::vector<std::string> names;
-  for (int i = 0; i < n; ++i) {
-    pb::ShareRecord r;
-    r.set_name("vol-" + std::to_string(i));
-    r.mutable_spec()->set_volume(r.name());
-    r.mutable_spec()->set_serve(true);
-    bench::ValueOrAbort(store.Create(r), "store Create");
-    names.push_back(r.name());
-  }
-  return names;
-}
-
-struct PassRate {
-  double passes_per_second = 0;
-  uint64_t passes = 0;
-};
-
-// `measuring` runs once the shares are set up (pods created, every share
-// RUNNING), just before the timed passes.
-PassRate MeasurePasses(
-    controller::Store& store, int shares, double seconds,
-    const std::function<void()>& measuring = [] {}) {
-  controller::SimulatedCluster cluster;
-  controller::FakeWallClock clock;
-  controller::Reconciler reconciler(store, cluster, cluster, clock, clock);
-  const auto names = CreateShares(store, shares);
-  for (int round = 0; round < 3; ++round) {  // create pods, observe them serving
-    for (const auto& name : names) reconciler.Reconcile(name);
-  }
-  measuring();
-  PassRate rate;
-  const auto start = Clock::now();
-  const auto end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < end) {
-    for (size_t i = 0; i < names.size() && Clock::now() < end; ++i) {
-      reconciler.Reconcile(names[i]);
-      ++rate.passes;
-    }
-  }
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  rate.passes_per_second = static_cast<double>(rate.passes) / elapsed;
-  return rate;
-}
-
 void Throughput(const testing_support::EtcdCluster& cluster, int shares, double seconds) {
   std::cout << "\n### Reconcile passes per second, " << shares
             << " shares, one thread (simulated pods)\n\n"
@@ -165,9 +118,9 @@ void Throughput(const testing_support::EtcdCluster& cluster, int shares, double 
             << "|---|---|---|---|\n";
   {
     controller::MemoryStore memory;
-    const auto rate = MeasurePasses(memory, shares, seconds);
+    const auto rate = bench::MeasurePasses(memory, shares, seconds);
     std::cout << absl::StrFormat("| MemoryStore | %d | %.0f | - |\n", rate.passes,
-                                 rate.passes_per_second);
+                                 rate.per_second());
   }
   auto client = std::shared_ptr<etcd::EtcdClient>(bench::ValueOrAbort(
       etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}), "etcd client"));
@@ -175,13 +128,12 @@ void Throughput(const testing_support::EtcdCluster& cluster, int shares, double 
       bench::ValueOrAbort(controller::EtcdStore::Open(client, "/bench-throughput"), "EtcdStore");
   std::map<std::string, double> before;
   const auto rate =
-      MeasurePasses(*store, shares, seconds, [&] { before = RequestsByMethod(cluster); });
+      bench::MeasurePasses(*store, shares, seconds, [&] { before = RequestsByMethod(cluster); });
   const auto after = RequestsByMethod(cluster);
   const double passes = static_cast<double>(rate.passes);
-  std::cout << absl::StrFormat("| EtcdStore (3 members, loopback) | %d | %.0f | %.2f (%s) |\n",
-                               rate.passes, rate.passes_per_second,
-                               (Total(after) - Total(before)) / passes,
-                               Breakdown(before, after, passes));
+  std::cout << absl::StrFormat(
+      "| EtcdStore (3 members, loopback) | %d | %.0f | %.2f (%s) |\n", rate.passes,
+      rate.per_second(), (Total(after) - Total(before)) / passes, Breakdown(before, after, passes));
   std::cout.flush();
 }
 
@@ -196,7 +148,7 @@ void SteadyLoad(const testing_support::EtcdCluster& cluster, int shares, double 
     // The controller: every share RUNNING, resync once a second (the default).
     auto store =
         bench::ValueOrAbort(controller::EtcdStore::Open(client, "/bench-steady"), "EtcdStore");
-    CreateShares(*store, shares);
+    bench::CreateShares(*store, "vol-", shares);
     controller::SimulatedCluster sim;
     controller::FakeWallClock wall;
     controller::ControllerOptions options;

@@ -269,7 +269,7 @@ absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
   auto now = client_->Range(get);
   if (!now.ok()) return now.status();
   if (now->kvs().empty()) return AwaitedLeaseGone(deadline);
-  if (now->kvs(0).lease() != awaited_lease_) awaited_lease_ = now->kvs(0).lease();
+  awaited_lease_ = now->kvs(0).lease();  // the holder now (another may have taken over)
   // Watch from just past that read: no delete between the two is missed.
   const etcd::EtcdClient::InUse member = client_->Current();
   if (!member.member->channel->WaitForConnected(WallDeadline(deadline))) {

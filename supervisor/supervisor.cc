@@ -126,6 +126,8 @@ void Supervisor::Publish() {
 
 void Supervisor::SpawnChild() {
   if (outcome_ || status_.state == State::kStopping || status_.state == State::kFailed) return;
+  // The gate may fail the run itself (it returns false then): nothing more here.
+  if (spawn_hooks_.may_spawn && !spawn_hooks_.may_spawn()) return;
   auto child = ChildProcess::Spawn(options_.command);
   const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);
@@ -153,6 +155,7 @@ void Supervisor::SpawnChild() {
     return;
   }
   child_ = std::move(*child);
+  if (spawn_hooks_.spawned) spawn_hooks_.spawned(*child_);
   instance_++;
   answered_ = false;
   misses_ = 0;
@@ -419,9 +422,11 @@ void Supervisor::Stop(std::string reason) {
 void Supervisor::Fail(std::string reason, StopSignal how) {
   if (how == StopSignal::kKill && child_) {
     // Before anything else, and whatever the state: a graceful stop under
-    // way must not keep it answering for its stop timeout.
-    spdlog::error("SIGKILL to ganesha pid {}: {}", child_->pid(), reason);
+    // way must not keep it answering for its stop timeout. Logged only after
+    // the signal is sent: the log is written synchronously, and a full stderr
+    // pipe must not hold the kill.
     child_->SignalGroup(SIGKILL);
+    spdlog::error("SIGKILL to ganesha pid {}: {}", child_->pid(), reason);
   }
   if (outcome_ || status_.state == State::kFailed || status_.state == State::kStopping) return;
   machine_.TransitionTo(State::kFailed, std::move(reason));

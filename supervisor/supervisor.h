@@ -76,6 +76,16 @@ class Supervisor {
 
   // All below: loop thread only.
   void AddStatusObserver(StatusObserver observer) { observers_.push_back(std::move(observer)); }
+  struct SpawnHooks {
+    // Asked right before every spawn (the first and each restart): false
+    // skips it. A gate that says no fails or stops the run itself (e.g. the
+    // serving lease ran out: the daemon fences).
+    std::function<bool()> may_spawn;
+    // Told of every new child right after the spawn, before anything else
+    // happens to it (e.g. a watchdog takes its pidfd).
+    std::function<void(const ChildProcess&)> spawned;
+  };
+  void SetSpawnHooks(SpawnHooks hooks) { spawn_hooks_ = std::move(hooks); }
   // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
@@ -131,6 +141,7 @@ class Supervisor {
   HealthStateMachine machine_;
   SupervisorStatus status_;
   std::vector<StatusObserver> observers_;
+  SpawnHooks spawn_hooks_;
 
   std::optional<ChildProcess> child_;
   uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored

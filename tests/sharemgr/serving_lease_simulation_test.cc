@@ -47,6 +47,13 @@ constexpr Micros kSec = 1000 * kMs;
 // SIGKILL of ganesha and the export's withdrawal, after the fence timer fires.
 constexpr Micros kStopTime = 100 * kMs;
 
+// Spans of true time, [from, to).
+using Windows = std::vector<std::pair<Micros, Micros>>;
+bool InAnyWindow(const Windows& windows, Micros t) {
+  return std::any_of(windows.begin(), windows.end(),
+                     [t](const auto& w) { return t >= w.first && t < w.second; });
+}
+
 // A clock running at (1 + rate_error) of true time, from `created`.
 class SkewedClock final : public base::TimeSource {
  public:
@@ -119,13 +126,10 @@ struct Link {
   std::mt19937_64* rng = nullptr;
   double loss = 0;  // of a request, and of an answer
   Micros max_delay = 20 * kMs;
-  double stall_chance = 0;                      // a delay of up to 3 s instead
-  std::vector<std::pair<Micros, Micros>> cuts;  // [from, to): nothing passes
+  double stall_chance = 0;  // a delay of up to 3 s instead
+  Windows cuts;             // nothing passes
 
-  bool Cut(Micros t) const {
-    return std::any_of(cuts.begin(), cuts.end(),
-                       [t](const auto& c) { return t >= c.first && t < c.second; });
-  }
+  bool Cut(Micros t) const { return InAnyWindow(cuts, t); }
   bool Lost(Micros t) { return Cut(t) || std::bernoulli_distribution(loss)(*rng); }
   Micros Delay() {
     if (std::bernoulli_distribution(stall_chance)(*rng)) {
@@ -247,10 +251,7 @@ struct ShareManager {
     link.rng = &rng;
   }
 
-  bool Frozen(Micros t) const {
-    return std::any_of(freezes.begin(), freezes.end(),
-                       [t](const auto& f) { return t >= f.first && t < f.second; });
-  }
+  bool Frozen(Micros t) const { return InAnyWindow(freezes, t); }
   // Serving at true time t: taken, not lost, and its fence timer (valid_until
   // on its own clock) plus the SIGKILL's time not passed.
   bool ServingAt(Micros t) const {
@@ -265,7 +266,7 @@ struct ShareManager {
   SimBackend backend;
   ServingLease lease;
   Micros next_step = 0;  // true time
-  std::vector<std::pair<Micros, Micros>> freezes;
+  Windows freezes;
   bool taken = false;
   bool lost = false;
   bool stopped = false;

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,10 +36,11 @@ class Harness {
   // `clock`: what the supervisor reads for its deadlines (the steady clock
   // unless given); its timers run on real time either way.
   explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"},
-                   bool probe_short = false, const base::TimeSource* clock = nullptr)
+                   bool probe_short = false, const base::TimeSource* clock = nullptr,
+                   Supervisor::SpawnHooks hooks = {})
       : probe_short_(probe_short), clock_(clock != nullptr ? *clock : steady_) {
     options.command = std::move(command);
-    thread_ = std::thread([this, options] {
+    thread_ = std::thread([this, options, hooks = std::move(hooks)] {
       EventLoop loop;
       loop_ = &loop;
       Supervisor sup(
@@ -56,6 +59,7 @@ class Harness {
           [this] { return ready_ ? absl::OkStatus() : absl::UnavailableError("not ready"); },
           clock_);
       sup_ = &sup;
+      sup.SetSpawnHooks(hooks);
       sup.AddStatusObserver([this](const SupervisorStatus& s) {
         std::lock_guard lock(mu_);
         history_.push_back(s);
@@ -162,6 +166,61 @@ SupervisorOptions FastOptions() {
 }
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// Whether our child `pid` has exited within `timeout` (left unreaped, for its owner).
+bool ExitsWithin(pid_t pid, milliseconds timeout) {
+  return testing_support::WaitFor(
+      [&] {
+        siginfo_t info{};
+        return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+               info.si_pid == pid;
+      },
+      timeout);
+}
+
+// Stands in for a full stderr pipe: the thread that logs a line containing
+// `needle` is held there until `pid` has exited (5 s at most), and whether it
+// had is recorded.
+class BlockingSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit BlockingSink(std::string needle) : needle_(std::move(needle)) {}
+
+  std::atomic<pid_t> pid{0};
+  // Unset until the line is logged; then whether `pid` had exited.
+  std::optional<bool> exited() const {
+    const int v = verdict_;
+    return v < 0 ? std::nullopt : std::optional<bool>(v == 1);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (std::string_view(msg.payload.data(), msg.payload.size()).find(needle_) ==
+        std::string_view::npos) {
+      return;
+    }
+    verdict_ = ExitsWithin(pid, milliseconds(5000)) ? 1 : 0;
+  }
+  void flush_() override {}
+
+ private:
+  const std::string needle_;
+  std::atomic<int> verdict_{-1};
+};
+
+// Makes `sink` the default logger's only sink while it lives.
+class DefaultLogTo {
+ public:
+  explicit DefaultLogTo(std::shared_ptr<spdlog::sinks::sink> sink)
+      : previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", std::move(sink)));
+  }
+  ~DefaultLogTo() { spdlog::set_default_logger(previous_); }
+  DefaultLogTo(const DefaultLogTo&) = delete;
+  DefaultLogTo& operator=(const DefaultLogTo&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+};
 
 void CheckNeverRestarted(const SupervisorStatus& now, pid_t pid) {
   CHECK(now.pid == pid);
@@ -438,6 +497,68 @@ TEST_CASE(
     CHECK(last.last_exit->signal == SIGKILL);
     CHECK_FALSE(Alive(pid));
   }
+}
+
+TEST_CASE(
+    "Fail with kKill: the child is SIGKILLed before anything is logged (a blocked log, e.g. a full "
+    "stderr pipe, cannot hold the kill)") {
+  Harness h(FastOptions());
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  REQUIRE(pid > 0);
+  auto sink = std::make_shared<BlockingSink>("SIGKILL to ganesha");
+  sink->pid = pid;
+  {
+    const DefaultLogTo blocked(sink);
+    h.Run([](Supervisor& s) { s.Fail("lease lost: test", Supervisor::StopSignal::kKill); });
+  }
+  REQUIRE(sink->exited().has_value());
+  CHECK(*sink->exited());
+  if (!*sink->exited()) kill(pid, SIGKILL);
+}
+
+TEST_CASE(
+    "spawn hooks: every spawn (the first, each restart) passes the gate and is announced with its "
+    "pidfd, and a closed gate spawns nothing") {
+  std::atomic<bool> open{true};
+  std::atomic<int> asked{0};
+  std::mutex mu;
+  std::vector<pid_t> announced;
+  Harness h(FastOptions(), {"sleep", "1000"}, false, nullptr,
+            Supervisor::SpawnHooks{
+                .may_spawn =
+                    [&] {
+                      ++asked;
+                      return open.load();
+                    },
+                .spawned =
+                    [&](const ChildProcess& child) {
+                      CHECK(child.pidfd() >= 0);
+                      std::lock_guard lock(mu);
+                      announced.push_back(child.pid());
+                    },
+            });
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  CHECK(asked == 1);
+  {
+    std::lock_guard lock(mu);
+    CHECK(announced == std::vector<pid_t>{first});
+  }
+  kill(first, SIGKILL);
+  const pid_t second = h.WaitFor([&](const SupervisorStatus& s) {
+                          return s.state == State::kServing && s.pid != first;
+                        }).pid;
+  CHECK(asked == 2);
+  {
+    std::lock_guard lock(mu);
+    CHECK(announced == std::vector<pid_t>{first, second});
+  }
+  open = false;
+  kill(second, SIGKILL);
+  REQUIRE(testing_support::WaitFor([&] { return asked >= 3; }, milliseconds(10'000)));
+  // Refused: no child since (the restart was asked for and skipped).
+  CHECK(testing_support::HoldsFor([&] { return h.history().back().pid == 0; }, milliseconds(300)));
+  std::lock_guard lock(mu);
+  CHECK(announced.size() == 2);
 }
 
 TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
