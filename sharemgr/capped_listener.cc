@@ -341,7 +341,8 @@ bool CappedListener::AcceptOne(grpc::Server* server) {
     return false;
   }
   const auto peer = PeerAddress::From(address);
-  if (!MakeRoom(peer)) return true;  // `connection` closes here
+  // The duplicate first: a newcomer that cannot be watched (out of
+  // descriptors) must not have cost an open connection its slot.
   Connection served{.slot = {.peer = peer, .accepted = clock_.Now()},
                     .watch = base::UniqueFd(fcntl(connection.get(), F_DUPFD_CLOEXEC, 0))};
   struct stat st {};
@@ -351,6 +352,7 @@ bool CappedListener::AcceptOne(grpc::Server* server) {
   }
   served.device = st.st_dev;
   served.inode = st.st_ino;
+  if (!MakeRoom(peer)) return true;  // `connection` and its duplicate close here
   const int one = 1;
   setsockopt(connection.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   served.served_fd = connection.release();

@@ -361,19 +361,21 @@ TEST_CASE(
   CHECK(s.Check());
 }
 
-// Whether the listener hands a new connection from `from` to gRPC rather than
-// refusing it: gRPC answers the client's HTTP/2 preface with its SETTINGS,
-// a refused connection is closed at once.
-bool ServedFrom(const Served& s, const char* from) {
-  auto fd = s.Connect(from);
+// Whether gRPC serves the connection `fd`: it answers the client's HTTP/2
+// preface with its SETTINGS; a refused or evicted connection is closed.
+bool AnswersPreface(int fd) {
   constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
-  REQUIRE(send(fd.get(), kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL) ==
+  REQUIRE(send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL) ==
           static_cast<ssize_t>(sizeof(kPreface) - 1));
-  pollfd p{fd.get(), POLLIN, 0};
+  pollfd p{fd, POLLIN, 0};
   if (poll(&p, 1, 5000) != 1) return false;
   char buf[64];
-  return recv(fd.get(), buf, sizeof(buf), 0) > 0;
+  return recv(fd, buf, sizeof(buf), 0) > 0;
 }
+
+// Whether the listener hands a new connection from `from` to gRPC rather than
+// refusing it (closed at once).
+bool ServedFrom(const Served& s, const char* from) { return AnswersPreface(s.Connect(from).get()); }
 
 TEST_CASE(
     "the health port's listener: one address whose ended connections gRPC has not closed yet "
@@ -435,6 +437,40 @@ TEST_CASE("the health port's listener: out of descriptors it keeps the port and 
   REQUIRE(short_of_fds);
   CHECK(WaitFor([&] { return s.listener().counts().open >= 1; }, milliseconds(5000)));
   CHECK(s.Check());
+}
+
+TEST_CASE(
+    "the health port's listener: a new connection it cannot watch (no descriptor for its "
+    "duplicate) costs no open connection its slot" *
+    doctest::skip(SHAREMGR_SANITIZED_BUILD)) {  // as above: UBSan needs descriptors
+  testing_support::FakeTimeSource clock;
+  Served s({.max_connections = 1, .shortage_retry = milliseconds(20), .clock = &clock});
+  auto open = s.Connect();
+  REQUIRE(WaitFor([&] { return s.listener().counts().open == 1; }, milliseconds(5000)));
+  // Open a second: a newcomer from its own address may take its slot.
+  clock.Advance(std::chrono::seconds(1));
+  base::UniqueFd newcomer(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(newcomer);
+  {
+    // One descriptor left: accept4() gets it, the duplicate does not.
+    testing_support::DescriptorShortage shortage(256);
+    shortage.GiveOneBack();
+    s.Connect(newcomer.get());
+    // (Evicted first, the open connection's descriptor may come back from gRPC in time for the
+    // duplicate: no shortage then, the newcomer served in its place.)
+    REQUIRE(WaitFor(
+        [&] {
+          const auto counts = s.listener().counts();
+          return counts.shortages + counts.evicted >= 1;
+        },
+        milliseconds(5000)));
+  }
+  const auto counts = s.listener().counts();
+  CHECK(counts.evicted == 0);
+  CHECK(counts.shortages >= 1);
+  CHECK(counts.open == 1);
+  CHECK(ClosedByServer(newcomer.get()));
+  CHECK(AnswersPreface(open.get()));  // still served
 }
 
 TEST_CASE("PinGrpcPollStrategy: epoll1 unless the user chose a poller") {
