@@ -93,11 +93,14 @@ uint16_t BoundPort(int fd) {
 
 constexpr base::Duration kLogPeriod{30'000};
 
-// While gRPC still holds ended connections' descriptors, the listener looks
-// again this often whether it has closed them (nothing wakes it when it does).
+// While gRPC holds descriptors of connections handed to it, the listener
+// looks this often whether it has closed them (nothing wakes it when it
+// does: for ended ones never, for open ones not where gRPC closes without a
+// shutdown() first, see PinGrpcPollStrategy).
 constexpr base::Duration kClosedCheckPeriod{50};
 
 constexpr char kPollStrategyVariable[] = "GRPC_POLL_STRATEGY";
+constexpr char kPinnedPollStrategy[] = "epoll1,poll";
 
 }  // namespace
 
@@ -105,8 +108,10 @@ std::string PinGrpcPollStrategy() {
   if (const char* set = std::getenv(kPollStrategyVariable); set != nullptr && *set != '\0') {
     return set;
   }
-  setenv(kPollStrategyVariable, "epoll1", /*overwrite=*/1);
-  return "epoll1";
+  // gRPC takes the first of the list that works here: epoll1, or poll where
+  // epoll is not to be had (rather than no gRPC at all).
+  setenv(kPollStrategyVariable, kPinnedPollStrategy, /*overwrite=*/1);
+  return kPinnedPollStrategy;
 }
 
 absl::StatusOr<std::unique_ptr<CappedListener>> CappedListener::Bind(
@@ -214,8 +219,8 @@ void CappedListener::ForgetClosed() {
     Tally(connection.slot.peer, 0, -1);
     return true;
   });
-  // Closed without a shutdown() first (a poller other than epoll1, see
-  // PinGrpcPollStrategy): the duplicate alone keeps the connection up; it ends here.
+  // Closed without a shutdown() first (see PinGrpcPollStrategy): the
+  // duplicate alone keeps the connection up; it ends here.
   std::erase_if(connections_, [&](const Connection& connection) {
     if (!closed(connection)) return false;
     shutdown(connection.watch.get(), SHUT_RDWR);
@@ -240,7 +245,7 @@ void CappedListener::Run(grpc::Server* server) {
     }
     std::optional<base::Duration> wake_in;
     if (waiting) wake_in = std::chrono::ceil<base::Duration>(retry_at_ - now);
-    if (!closing_.empty())
+    if (!closing_.empty() || !connections_.empty())
       wake_in = std::min(wake_in.value_or(kClosedCheckPeriod), kClosedCheckPeriod);
     const int timeout = wake_in ? static_cast<int>(wake_in->count()) : -1;
     if (poll(fds.data(), fds.size(), timeout) < 0) {
@@ -259,6 +264,11 @@ void CappedListener::Run(grpc::Server* server) {
       }
     }
     connections_ = std::move(open);
+    // What gRPC closed while the listener waited is forgotten before this
+    // round's accepts are counted against the cap: a connection it closed
+    // without a shutdown() (no POLLRDHUP on the duplicate) must not hold a
+    // slot that an open one would be evicted for.
+    ForgetClosed();
     if ((fds[1].revents & POLLIN) != 0) {
       closed_checked_ = false;
       // At most one round of the cap per poll: a flood that never lets

@@ -53,16 +53,20 @@
 
 namespace sharemgr {
 
-// gRPC's poller "epoll1" shuts a connection's socket down before it closes
-// the descriptor; its "poll" poller closes without. The listener hears a
-// connection end from that shutdown (its duplicate keeps the socket open
-// otherwise, and the peer would see no end); without it, it only notices at
-// its next wake-up (fstat, above), and the cap still bounds what is held
-// meanwhile. epoll1 is gRPC 1.51's first choice on Linux already: this pins
-// it, so neither a later default nor an inherited environment changes it
-// unseen. A GRPC_POLL_STRATEGY the user set is kept (their choice, at that
-// cost). gRPC reads the variable once, when it starts: call first thing in
-// main, before any thread or gRPC object exists. Returns the value in force.
+// The listener hears a connection end from gRPC's shutdown() of its socket
+// before gRPC closes the descriptor (its duplicate keeps the socket open
+// otherwise, and the peer would see no end). gRPC 1.51's pollers epoll1 and
+// poll both shut a connection down before closing it; should gRPC ever close
+// one without, the listener notices at its next look (fstat, above: it looks
+// every 50 ms while it has connections, and before each round of accepts),
+// and the cap bounds what is held meanwhile. This sets GRPC_POLL_STRATEGY to
+// "epoll1,poll": gRPC takes the first that works here, epoll1 (its first
+// choice on Linux already, pinned so that neither a later default nor an
+// inherited environment changes it unseen), or poll where epoll cannot be
+// had, rather than failing to start. A GRPC_POLL_STRATEGY the user set is
+// kept (their choice). gRPC reads the variable once, when it starts: call
+// first thing in main, before any thread or gRPC object exists. Returns the
+// value in force.
 std::string PinGrpcPollStrategy();
 
 struct CappedListenerOptions {

@@ -12,12 +12,14 @@
 #define SHAREMGR_SANITIZED_BUILD false
 #endif
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -249,8 +251,15 @@ TEST_CASE(
   testing_support::FakeTimeSource clock;
   Served s({.max_connections = 2, .clock = &clock});
   CHECK(s.Check());
-  // That check's connection ended (its client hung up): its slot is free.
-  REQUIRE(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
+  // That check's connection ended (its client hung up) and gRPC closed it:
+  // its slot is free, and its address holds no ended one (at a cap of 2, one
+  // would be its share and the next newcomer refused).
+  REQUIRE(WaitFor(
+      [&] {
+        const auto counts = s.listener().counts();
+        return counts.open == 0 && counts.closing == 0;
+      },
+      milliseconds(5000)));
   auto first = s.Connect();
   auto second = s.Connect();
   REQUIRE(WaitFor([&] { return s.listener().counts().open == 2; }, milliseconds(5000)));
@@ -473,23 +482,56 @@ TEST_CASE(
   CHECK(AnswersPreface(open.get()));  // still served
 }
 
-TEST_CASE("PinGrpcPollStrategy: epoll1 unless the user chose a poller") {
-  const char* inherited = std::getenv("GRPC_POLL_STRATEGY");
-  const std::optional<std::string> saved =
-      inherited ? std::optional<std::string>(inherited) : std::nullopt;
-  absl::Cleanup restore = [&] {
-    if (saved) {
-      setenv("GRPC_POLL_STRATEGY", saved->c_str(), 1);
+// What PinGrpcPollStrategy returns and leaves in GRPC_POLL_STRATEGY when it
+// finds `inherited` there (unset: nullopt), called in a child process of its
+// own as main calls it: first thing, before any gRPC object exists there.
+std::pair<std::string, std::string> PinnedInChild(const std::optional<std::string>& inherited) {
+  int out[2];
+  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+  base::UniqueFd read_end(out[0]);
+  base::UniqueFd write_end(out[1]);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (inherited) {
+      setenv("GRPC_POLL_STRATEGY", inherited->c_str(), 1);
     } else {
       unsetenv("GRPC_POLL_STRATEGY");
     }
-  };
-  unsetenv("GRPC_POLL_STRATEGY");
-  CHECK(PinGrpcPollStrategy() == "epoll1");
-  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "epoll1");
-  setenv("GRPC_POLL_STRATEGY", "poll", 1);
-  CHECK(PinGrpcPollStrategy() == "poll");
-  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "poll");
+    const std::string returned = PinGrpcPollStrategy();
+    const char* in_force = std::getenv("GRPC_POLL_STRATEGY");
+    const std::string report = absl::StrCat(returned, "\n", in_force ? in_force : "(unset)");
+    const bool written =
+        write(write_end.get(), report.data(), report.size()) == static_cast<ssize_t>(report.size());
+    _exit(written ? 0 : 1);
+  }
+  write_end.reset();
+  std::string report;
+  char buf[256];
+  for (ssize_t n; (n = read(read_end.get(), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    REQUIRE(n > 0);
+    report.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const auto newline = report.find('\n');
+  REQUIRE(newline != std::string::npos);
+  return {report.substr(0, newline), report.substr(newline + 1)};
+}
+
+TEST_CASE(
+    "PinGrpcPollStrategy: epoll1 and poll where epoll1 cannot run unless the user chose a "
+    "poller") {
+  // gRPC takes the first of the list that works.
+  CHECK(PinnedInChild(std::nullopt) ==
+        std::pair<std::string, std::string>("epoll1,poll", "epoll1,poll"));
+  CHECK(PinnedInChild("") ==
+        std::pair<std::string, std::string>("epoll1,poll", "epoll1,poll"));  // as unset
+  CHECK(PinnedInChild("poll") == std::pair<std::string, std::string>("poll", "poll"));
+  CHECK(PinnedInChild("epoll1") == std::pair<std::string, std::string>("epoll1", "epoll1"));
 }
 
 }  // namespace sharemgr
