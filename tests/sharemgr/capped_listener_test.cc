@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -420,6 +421,49 @@ TEST_CASE("the health port's listener: a connection ended by either side gives i
   CHECK(s.listener().counts().evicted == 0);
   // gRPC has closed its descriptors of both, and the listener has seen it.
   CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
+}
+
+// The descriptors of this process that hold the connection accepted on
+// `port` from `client` (gRPC's and the listener's duplicate), lowest first.
+std::vector<int> AcceptedDescriptorsOf(uint16_t port, int client) {
+  sockaddr_in mine{};
+  socklen_t mine_len = sizeof(mine);
+  REQUIRE(getsockname(client, reinterpret_cast<sockaddr*>(&mine), &mine_len) == 0);
+  std::vector<int> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in local{};
+    sockaddr_in peer{};
+    socklen_t local_len = sizeof(local);
+    socklen_t peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
+        local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0 &&
+        peer.sin_port == mine.sin_port) {
+      found.push_back(fd);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+TEST_CASE(
+    "the health port's listener: a connection gRPC closes without shutting it down first is "
+    "noticed and ended") {
+  Served s({.max_connections = 4});
+  auto client = s.Connect();
+  REQUIRE(WaitFor([&] { return s.listener().counts().open == 1; }, milliseconds(5000)));
+  // gRPC's descriptor (the lower: the duplicate was made after it) becomes
+  // another file in one step, as if gRPC had closed it without a shutdown()
+  // and the number been reused: only the listener's duplicate keeps the
+  // connection up, and nothing wakes the listener.
+  const auto fds = AcceptedDescriptorsOf(s.listener().port(), client.get());
+  REQUIRE(fds.size() == 2);
+  base::UniqueFd null(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  REQUIRE(null);
+  REQUIRE(dup3(null.get(), fds[0], O_CLOEXEC) == fds[0]);
+  CHECK(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
+  CHECK(ClosedByServer(client.get()));
 }
 
 // UBSan's first vptr check of an object needs a descriptor (a pipe): with none
