@@ -93,11 +93,14 @@ uint16_t BoundPort(int fd) {
 
 constexpr base::Duration kLogPeriod{30'000};
 
-// While gRPC still holds ended connections' descriptors, the listener looks
-// again this often whether it has closed them (nothing wakes it when it does).
+// While gRPC holds descriptors of connections handed to it, the listener
+// looks this often whether it has closed them (nothing wakes it when it
+// does: for ended ones never, for open ones not where gRPC closes without a
+// shutdown() first, see PinGrpcPollStrategy).
 constexpr base::Duration kClosedCheckPeriod{50};
 
 constexpr char kPollStrategyVariable[] = "GRPC_POLL_STRATEGY";
+constexpr char kPinnedPollStrategy[] = "epoll1,poll";
 
 }  // namespace
 
@@ -105,8 +108,10 @@ std::string PinGrpcPollStrategy() {
   if (const char* set = std::getenv(kPollStrategyVariable); set != nullptr && *set != '\0') {
     return set;
   }
-  setenv(kPollStrategyVariable, "epoll1", /*overwrite=*/1);
-  return "epoll1";
+  // gRPC takes the first of the list that works here: epoll1, or poll where
+  // epoll is not to be had (rather than no gRPC at all).
+  setenv(kPollStrategyVariable, kPinnedPollStrategy, /*overwrite=*/1);
+  return kPinnedPollStrategy;
 }
 
 absl::StatusOr<std::unique_ptr<CappedListener>> CappedListener::Bind(
@@ -169,12 +174,35 @@ void CappedListener::Shortage(const std::string& what) {
   }
 }
 
-void CappedListener::Refuse(const PeerAddress& peer, const std::string& why) {
+void CappedListener::Refuse(const PeerAddress& peer, absl::FunctionRef<std::string()> why) {
   ++refused_;
   if (auto held_back = refusal_log_.Admit()) {
-    spdlog::warn("health port: refused a connection from {}: {}{}", peer.ToString(), why,
+    spdlog::warn("health port: refused a connection from {}: {}{}", peer.ToString(), why(),
                  base::LogLimiter::HeldBack(*held_back));
   }
+}
+
+void CappedListener::Tally(const PeerAddress& peer, int open, int closing) {
+  auto& held = held_[peer];
+  held.open = static_cast<size_t>(static_cast<ptrdiff_t>(held.open) + open);
+  held.closing = static_cast<size_t>(static_cast<ptrdiff_t>(held.closing) + closing);
+  if (held.total() == 0) held_.erase(peer);
+}
+
+CappedListener::Held CappedListener::HeldBy(const PeerAddress& peer) const {
+  const auto it = held_.find(peer);
+  return it == held_.end() ? Held{} : it->second;
+}
+
+size_t CappedListener::MostHeld() const {
+  size_t most = 0;
+  for (const auto& [peer, held] : held_) most = std::max(most, held.total());
+  return most;
+}
+
+void CappedListener::EndConnection(Connection connection) {
+  Tally(connection.slot.peer, -1, +1);
+  closing_.push_back(std::move(connection));
 }
 
 void CappedListener::ForgetClosed() {
@@ -186,12 +214,17 @@ void CappedListener::ForgetClosed() {
     return fstat(connection.served_fd, &st) != 0 || st.st_dev != connection.device ||
            st.st_ino != connection.inode;
   };
-  std::erase_if(closing_, closed);
-  // Closed without a shutdown() first (a poller other than epoll1, see
-  // PinGrpcPollStrategy): the duplicate alone keeps the connection up; it ends here.
+  std::erase_if(closing_, [&](const Connection& connection) {
+    if (!closed(connection)) return false;
+    Tally(connection.slot.peer, 0, -1);
+    return true;
+  });
+  // Closed without a shutdown() first (see PinGrpcPollStrategy): the
+  // duplicate alone keeps the connection up; it ends here.
   std::erase_if(connections_, [&](const Connection& connection) {
     if (!closed(connection)) return false;
     shutdown(connection.watch.get(), SHUT_RDWR);
+    Tally(connection.slot.peer, -1, 0);
     return true;
   });
 }
@@ -212,7 +245,7 @@ void CappedListener::Run(grpc::Server* server) {
     }
     std::optional<base::Duration> wake_in;
     if (waiting) wake_in = std::chrono::ceil<base::Duration>(retry_at_ - now);
-    if (!closing_.empty())
+    if (!closing_.empty() || !connections_.empty())
       wake_in = std::min(wake_in.value_or(kClosedCheckPeriod), kClosedCheckPeriod);
     const int timeout = wake_in ? static_cast<int>(wake_in->count()) : -1;
     if (poll(fds.data(), fds.size(), timeout) < 0) {
@@ -227,11 +260,17 @@ void CappedListener::Run(grpc::Server* server) {
       if (fds[i + 2].revents == 0) {
         open.push_back(std::move(connections_[i]));
       } else {
-        closing_.push_back(std::move(connections_[i]));
+        EndConnection(std::move(connections_[i]));
       }
     }
     connections_ = std::move(open);
+    // What gRPC closed while the listener waited is forgotten before this
+    // round's accepts are counted against the cap: a connection it closed
+    // without a shutdown() (no POLLRDHUP on the duplicate) must not hold a
+    // slot that an open one would be evicted for.
+    ForgetClosed();
     if ((fds[1].revents & POLLIN) != 0) {
+      closed_checked_ = false;
       // At most one round of the cap per poll: a flood that never lets
       // accept4 run dry must not keep Stop (and ended connections) unseen.
       for (size_t i = 0; i < options_.max_connections && AcceptOne(server); ++i) {
@@ -241,24 +280,47 @@ void CappedListener::Run(grpc::Server* server) {
 }
 
 bool CappedListener::MakeRoom(const PeerAddress& peer) {
-  const size_t ceiling = options_.max_connections * CappedListenerOptions::kCeilingFactor;
-  if (connections_.size() + closing_.size() >= ceiling) {
+  const size_t cap = options_.max_connections;
+  const size_t ceiling = cap * CappedListenerOptions::kCeilingFactor;
+  if (connections_.size() + closing_.size() >= ceiling && !closed_checked_) {
     ForgetClosed();  // what gRPC closed since this round began
-    if (connections_.size() + closing_.size() >= ceiling) {
-      Refuse(peer, absl::StrCat(connections_.size(), " connections open and ", closing_.size(),
-                                " ended ones not yet closed by gRPC (the ceiling: ", ceiling, ")"));
-      return false;
-    }
+    closed_checked_ = true;
+  }
+  const Held mine = HeldBy(peer);
+  const size_t closing_share =
+      std::max<size_t>(1, cap / CappedListenerOptions::kClosingShareDivisor);
+  if (mine.closing >= closing_share) {
+    Refuse(peer, [&] {
+      return absl::StrCat(mine.closing, " of its connections ended but not yet closed by gRPC (",
+                          closing_share, " at most)");
+    });
+    return false;
+  }
+  const size_t held = connections_.size() + closing_.size();
+  const size_t hard_ceiling = cap * CappedListenerOptions::kHardCeilingFactor;
+  if (held >= hard_ceiling || (held >= ceiling && mine.total() >= MostHeld())) {
+    Refuse(peer, [&] {
+      return absl::StrCat(connections_.size(), " connections open and ", closing_.size(),
+                          " ended ones not yet closed by gRPC (the ceiling: ", ceiling,
+                          held >= hard_ceiling ? absl::StrCat(", and for everyone: ", hard_ceiling)
+                                               : absl::StrCat(", and its address holds ",
+                                                              mine.total(), ", as many as any"),
+                          ")");
+    });
+    return false;
   }
   if (connections_.size() < options_.max_connections) return true;
-  std::vector<OpenConnection> slots;
-  slots.reserve(connections_.size());
-  for (const auto& connection : connections_) slots.push_back(connection.slot);
-  const auto victim = SlotForNewcomer(slots, peer, clock_.Now(), options_.replace_after);
+  slots_.clear();
+  for (const auto& connection : connections_) slots_.push_back(connection.slot);
+  const auto victim = SlotForNewcomer(
+      slots_, [this](const PeerAddress& address) { return HeldBy(address).open; }, peer,
+      clock_.Now(), options_.replace_after);
   if (!victim) {
-    Refuse(peer, absl::StrCat(options_.max_connections, " connections open (the cap), ",
-                              "its address holds as many as any and none of them has been open ",
-                              base::FormatDuration(options_.replace_after)));
+    Refuse(peer, [&] {
+      return absl::StrCat(cap, " connections open (the cap), ",
+                          "its address holds as many as any and none of them has been open ",
+                          base::FormatDuration(options_.replace_after));
+    });
     return false;
   }
   // shutdown() reaches gRPC's descriptor of the same socket, and gRPC closes it.
@@ -271,7 +333,7 @@ bool CappedListener::MakeRoom(const PeerAddress& peer) {
         options_.max_connections, evicted->slot.peer.ToString(), peer.ToString(),
         base::LogLimiter::HeldBack(*held_back));
   }
-  closing_.push_back(std::move(*evicted));
+  EndConnection(std::move(*evicted));
   connections_.erase(evicted);
   return true;
 }
@@ -289,7 +351,8 @@ bool CappedListener::AcceptOne(grpc::Server* server) {
     return false;
   }
   const auto peer = PeerAddress::From(address);
-  if (!MakeRoom(peer)) return true;  // `connection` closes here
+  // The duplicate first: a newcomer that cannot be watched (out of
+  // descriptors) must not have cost an open connection its slot.
   Connection served{.slot = {.peer = peer, .accepted = clock_.Now()},
                     .watch = base::UniqueFd(fcntl(connection.get(), F_DUPFD_CLOEXEC, 0))};
   struct stat st {};
@@ -299,10 +362,12 @@ bool CappedListener::AcceptOne(grpc::Server* server) {
   }
   served.device = st.st_dev;
   served.inode = st.st_ino;
+  if (!MakeRoom(peer)) return true;  // `connection` and its duplicate close here
   const int one = 1;
   setsockopt(connection.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   served.served_fd = connection.release();
   grpc::AddInsecureChannelFromFd(server, served.served_fd);
+  Tally(peer, +1, 0);
   connections_.push_back(std::move(served));
   return true;
 }

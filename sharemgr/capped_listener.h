@@ -9,11 +9,16 @@
 //   lock out another (capped_listener_slots.h says which); the newcomer is
 //   refused (closed at once) only when its own address already holds as many
 //   as any and none of them has been open a second;
-// - a hard ceiling on descriptors: a connection ended (by its peer, by gRPC,
-//   or closed here to make room) still holds gRPC's descriptor until gRPC
-//   gets round to closing it. Those are counted too, until their descriptor
-//   is seen closed, and past twice the cap of open and closing connections
-//   together every newcomer is refused.
+// - ceilings on descriptors: a connection ended (by its peer, by gRPC, or
+//   closed here to make room) still holds gRPC's descriptor until gRPC gets
+//   round to closing it. Those are counted too, per address, until their
+//   descriptor is seen closed. An address holding half the cap's worth of
+//   them gets no new connection (a connect-and-reset loop faster than gRPC's
+//   teardown is held to that). Past twice the cap of open and closing
+//   connections together, only a newcomer whose address holds fewer (open
+//   and closing) than the address holding the most gets in, and past three
+//   times the cap nobody: several addresses churning together cannot shut
+//   out one that is not, and the descriptors stay bounded.
 // Each accepted connection is handed to the gRPC server
 // (AddInsecureChannelFromFd: plaintext only, which the health port is), which
 // owns that descriptor from then on. The listener keeps a duplicate of it to
@@ -31,12 +36,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
@@ -46,22 +53,32 @@
 
 namespace sharemgr {
 
-// gRPC's poller "epoll1" shuts a connection's socket down before it closes
-// the descriptor; its "poll" poller closes without. The listener hears a
-// connection end from that shutdown (its duplicate keeps the socket open
-// otherwise, and the peer would see no end); without it, it only notices at
-// its next wake-up (fstat, above), and the cap still bounds what is held
-// meanwhile. epoll1 is gRPC 1.51's first choice on Linux already: this pins
-// it, so neither a later default nor an inherited environment changes it
-// unseen. A GRPC_POLL_STRATEGY the user set is kept (their choice, at that
-// cost). gRPC reads the variable once, when it starts: call first thing in
-// main, before any thread or gRPC object exists. Returns the value in force.
+// The listener hears a connection end from gRPC's shutdown() of its socket
+// before gRPC closes the descriptor (its duplicate keeps the socket open
+// otherwise, and the peer would see no end). gRPC 1.51's pollers epoll1 and
+// poll both shut a connection down before closing it; should gRPC ever close
+// one without, the listener notices at its next look (fstat, above: it looks
+// every 50 ms while it has connections, and before each round of accepts),
+// and the cap bounds what is held meanwhile. This sets GRPC_POLL_STRATEGY to
+// "epoll1,poll": gRPC takes the first that works here, epoll1 (its first
+// choice on Linux already, pinned so that neither a later default nor an
+// inherited environment changes it unseen), or poll where epoll cannot be
+// had, rather than failing to start. A GRPC_POLL_STRATEGY the user set is
+// kept (their choice). gRPC reads the variable once, when it starts: call
+// first thing in main, before any thread or gRPC object exists. Returns the
+// value in force.
 std::string PinGrpcPollStrategy();
 
 struct CappedListenerOptions {
   size_t max_connections = 64;
-  // Open and closing connections together are refused beyond this times max_connections.
+  // Open and closing connections together beyond this times max_connections:
+  // only an address holding fewer than another gets in.
   static constexpr size_t kCeilingFactor = 2;
+  // ... and beyond this times max_connections, nobody.
+  static constexpr size_t kHardCeilingFactor = 3;
+  // An address with this fraction of max_connections (at least one) ended but
+  // not yet closed by gRPC gets no new connection.
+  static constexpr size_t kClosingShareDivisor = 2;
   // A connection gives up its slot to a newcomer from its own address (or
   // from one as big) only once it has been open this long: a flood from one
   // address turns its slots over at most once per this each, and a probe
@@ -112,6 +129,13 @@ class CappedListener {
     ino_t inode = 0;
   };
 
+  // How many connections one address holds.
+  struct Held {
+    size_t open = 0;
+    size_t closing = 0;
+    size_t total() const { return open + closing; }
+  };
+
   CappedListener(base::UniqueFd listen_fd, base::UniqueFd wake_fd, uint16_t port,
                  CappedListenerOptions options);
   void Run(grpc::Server* server);
@@ -122,7 +146,15 @@ class CappedListener {
   bool MakeRoom(const PeerAddress& peer);
   // Listener thread: forgets the connections gRPC has closed.
   void ForgetClosed();
-  void Refuse(const PeerAddress& peer, const std::string& why);
+  // Listener thread: an open connection ends; it counts as closing.
+  void EndConnection(Connection connection);
+  // Listener thread: adds to (or takes from) what `peer` holds.
+  void Tally(const PeerAddress& peer, int open, int closing);
+  Held HeldBy(const PeerAddress& peer) const;
+  // Listener thread: the most connections (open and closing) any address holds.
+  size_t MostHeld() const;
+  // `why` is only worked out when the refusal is logged.
+  void Refuse(const PeerAddress& peer, absl::FunctionRef<std::string()> why);
   void Shortage(const std::string& what);
   void Publish() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -136,7 +168,13 @@ class CappedListener {
   // whose descriptor gRPC still holds.
   std::deque<Connection> connections_;
   std::vector<Connection> closing_;
-  base::TimePoint retry_at_{};  // a shortage: accept nothing before then
+  // What each address holds of those two; addresses holding none are left out.
+  std::map<PeerAddress, Held> held_;
+  // ForgetClosed has run since this round of accepts began (once is enough:
+  // each run looks at every descriptor).
+  bool closed_checked_ = false;
+  std::vector<OpenConnection> slots_;  // MakeRoom's scratch, kept to spare an allocation
+  base::TimePoint retry_at_{};         // a shortage: accept nothing before then
   base::LogLimiter shortage_log_;
   base::LogLimiter eviction_log_;
   base::LogLimiter refusal_log_;

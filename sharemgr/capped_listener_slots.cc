@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 namespace sharemgr {
 
@@ -36,26 +35,25 @@ std::string PeerAddress::ToString() const {
 }
 
 std::optional<size_t> SlotForNewcomer(std::span<const OpenConnection> open,
+                                      absl::FunctionRef<size_t(const PeerAddress&)> held,
                                       const PeerAddress& newcomer, base::TimePoint now,
                                       base::Duration replace_after) {
-  std::map<PeerAddress, size_t> held;
-  for (const auto& connection : open) ++held[connection.peer];
-  const size_t newcomers = held[newcomer] + 1;  // its address's, the newcomer counted
+  const size_t newcomers = held(newcomer) + 1;  // its address's, the newcomer counted
   size_t most = 0;
-  for (const auto& [peer, count] : held) {
-    if (peer != newcomer) most = std::max(most, count);
+  for (const auto& connection : open) {
+    if (connection.peer != newcomer) most = std::max(most, held(connection.peer));
   }
   if (most > newcomers) {
     // An address that would still hold more than the newcomer's: its oldest
     // goes, whatever its age (the oldest of the biggest when several are).
     for (size_t i = 0; i < open.size(); ++i) {
-      if (open[i].peer != newcomer && held[open[i].peer] == most) return i;
+      if (open[i].peer != newcomer && held(open[i].peer) == most) return i;
     }
   }
   // The newcomer's address would hold as many as any: the oldest of its own
   // and of those as big, once it has been open replace_after.
   for (size_t i = 0; i < open.size(); ++i) {
-    if (open[i].peer == newcomer || held[open[i].peer] == newcomers) {
+    if (open[i].peer == newcomer || held(open[i].peer) == newcomers) {
       if (now - open[i].accepted >= replace_after) return i;
       return std::nullopt;  // the rest are younger still
     }

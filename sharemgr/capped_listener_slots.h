@@ -28,6 +28,7 @@
 #include <span>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "base/clock.h"
 
 namespace sharemgr {
@@ -51,8 +52,10 @@ struct OpenConnection {
 
 // Which of `open` (oldest first, as many as the cap) gives up its slot for a
 // new connection from `newcomer` (an index into `open`), or none: the
-// newcomer is refused.
+// newcomer is refused. `held` tells how many of `open` an address holds (the
+// caller keeps that count: nothing is built per newcomer).
 std::optional<size_t> SlotForNewcomer(std::span<const OpenConnection> open,
+                                      absl::FunctionRef<size_t(const PeerAddress&)> held,
                                       const PeerAddress& newcomer, base::TimePoint now,
                                       base::Duration replace_after);
 

@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == sharemgr::kLeaseFencerCommand) {
     return sharemgr::RunLeaseFencer();
   }
-  // First, while no thread and no gRPC object exists: the health port's
-  // listener relies on gRPC's epoll1 poller (see PinGrpcPollStrategy).
+  // First, while no thread and no gRPC object exists: gRPC's poller, epoll1
+  // where it works (see PinGrpcPollStrategy).
   sharemgr::PinGrpcPollStrategy();
   CLI::App app{
       "share-manager serves one ReadWriteMany volume over NFSv4: it runs and supervises\n"

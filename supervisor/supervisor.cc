@@ -186,7 +186,8 @@ void Supervisor::SpawnChild() {
   answered_ = false;
   misses_ = 0;
   probe_short_ = false;
-  short_rounds_ = 0;
+  short_since_.reset();
+  short_misses_ = 0;
   kill_reason_.clear();
   samples_over_limit_ = 0;
   start_deadline_ = now + options_.start_timeout;
@@ -364,29 +365,37 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
   // Out of descriptors or memory here (a flood on our own ports, say): the
   // probe never reached the child. Killing it for a passing shortage would fix
-  // nothing and cost the share its NFS server, so a round is skipped. But a
-  // shortage that lasts (a descriptor leak here) must not shield a hung
-  // ganesha for ever: probe_failures rounds in a row count as one miss, so a
-  // burst shorter than that never counts, and only probe_failures^2 rounds
-  // in a row with no answer between kill (--probe-failures 1: any round).
+  // nothing and cost the share its NFS server, so such a round is no miss. But
+  // a shortage that lasts (a descriptor leak here) must not shield a hung
+  // ganesha for ever: each probe_interval x probe_failures of it, timed from
+  // its first round, counts as one miss. Timed, not counted in rounds: after
+  // ProbeSoon the rounds come every few milliseconds, and a brief shortage
+  // then must not add up to a kill.
   probe_short_ = result.code() == absl::StatusCode::kResourceExhausted;
   if (probe_short_) {
-    ++short_rounds_;
+    const auto now = clock_.Now();
+    if (!short_since_) short_since_ = now;
     last_probe_error_ = absl::StrCat("could not probe here: ", result.message());
-    if (!answered_ || short_rounds_ % options_.probe_failures != 0) {
+    EndFastWindowIfDue();
+    const auto per_miss = options_.probe_interval * options_.probe_failures;
+    const auto lasted = now - *short_since_;
+    if (!answered_ || lasted / per_miss <= short_misses_) {
       if (auto held_back = probe_short_log_.Admit()) {
-        spdlog::warn("NFS NULL probe could not run ({} in a row count as a miss): {}{}",
-                     options_.probe_failures, result.message(),
+        spdlog::warn("NFS NULL probe could not run ({} of it counts as a miss): {}{}",
+                     base::FormatDuration(per_miss), result.message(),
                      base::LogLimiter::HeldBack(*held_back));
       }
       return;
     }
-    CountMiss(absl::StrCat(options_.probe_failures,
-                           " probes in a row could not run here: ", result.message()),
+    ++short_misses_;
+    CountMiss(absl::StrCat("probes could not run here for ",
+                           base::FormatDuration(std::chrono::floor<base::Duration>(lasted)), ": ",
+                           result.message()),
               sent);
     return;
   }
-  short_rounds_ = 0;
+  short_since_.reset();
+  short_misses_ = 0;
   if (events_.probed) events_.probed(base::Clock::now() - sent, result.ok());
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
@@ -407,6 +416,10 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
     if (!kill_reason_.empty()) return;  // over its memory limit already
   }
   Reevaluate();
+  EndFastWindowIfDue();
+}
+
+void Supervisor::EndFastWindowIfDue() {
   // A ProbeSoon window ends when the share is ready again, or after its time.
   if (fast_until_ && (status_.state == State::kServing || clock_.Now() >= *fast_until_)) {
     fast_until_.reset();

@@ -125,8 +125,8 @@ class Supervisor {
   // Runs on a worker thread; must return within `timeout`. ResourceExhausted
   // means this process could not probe at all (out of file descriptors, say,
   // while something floods its ports): no verdict on the child, so no miss,
-  // unless it lasts: probe_failures such rounds in a row count as one miss
-  // (see HandleProbeResult), and it holds the start timeout for at most
+  // unless it lasts: each probe_interval x probe_failures of it counts as one
+  // miss (see HandleProbeResult), and it holds the start timeout for at most
   // another start timeout.
   using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
@@ -205,6 +205,8 @@ class Supervisor {
                    bool restarting);
   // Reads the child's usage, tells the usage observers, enforces the memory limit.
   void SampleUsage();
+  // Back to probe_interval once a ProbeSoon window is over.
+  void EndFastWindowIfDue();
   void Finish(Outcome outcome);
   void Publish();
   void Unwatch(uint64_t& token);
@@ -236,8 +238,9 @@ class Supervisor {
   // The last probe could not run here (ResourceExhausted): the start timeout
   // waits for a probe that can tell (for at most another start timeout).
   bool probe_short_ = false;
-  // Probes in a row that could not run here.
-  int short_rounds_ = 0;
+  // Since when probes in a row could not run here, and the misses counted for it so far.
+  std::optional<base::TimePoint> short_since_;
+  int64_t short_misses_ = 0;
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;

@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 
 #include <chrono>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,18 @@ PeerAddress Peer(const std::string& ip) {
   return PeerAddress::From(address);
 }
 
+// SlotForNewcomer, with what each address holds counted from `open`.
+std::optional<size_t> SlotFor(const std::vector<OpenConnection>& open, const PeerAddress& newcomer,
+                              base::TimePoint now, base::Duration replace_after) {
+  std::map<PeerAddress, size_t> held;
+  for (const auto& connection : open) ++held[connection.peer];
+  auto held_by = [&](const PeerAddress& peer) {
+    const auto it = held.find(peer);
+    return it == held.end() ? size_t{0} : it->second;
+  };
+  return SlotForNewcomer(open, held_by, newcomer, now, replace_after);
+}
+
 // Open connections, oldest first: `count` from `ip`, each `age` old.
 void Add(std::vector<OpenConnection>& open, const std::string& ip, size_t count,
          base::Duration age) {
@@ -54,9 +68,9 @@ TEST_CASE("slots: a newcomer takes the oldest slot of an address that would stil
   Add(open, "127.0.0.2", 6, milliseconds(5));   // a flood, all of it new
   Add(open, "127.0.0.1", 1, milliseconds(1));
   // The flood's oldest, however young: the newcomer's address would hold 3, it 6.
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.1"), kNow, kReplaceAfter) == 1);
+  CHECK(SlotFor(open, Peer("127.0.0.1"), kNow, kReplaceAfter) == 1);
   // A third address too.
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.3"), kNow, kReplaceAfter) == 1);
+  CHECK(SlotFor(open, Peer("127.0.0.3"), kNow, kReplaceAfter) == 1);
 }
 
 TEST_CASE("slots: of several addresses holding the most, the oldest connection goes") {
@@ -64,7 +78,7 @@ TEST_CASE("slots: of several addresses holding the most, the oldest connection g
   Add(open, "127.0.0.2", 1, milliseconds(9));
   Add(open, "127.0.0.3", 4, milliseconds(8));
   Add(open, "127.0.0.2", 3, milliseconds(7));
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.1"), kNow, kReplaceAfter) == 0);
+  CHECK(SlotFor(open, Peer("127.0.0.1"), kNow, kReplaceAfter) == 0);
 }
 
 TEST_CASE(
@@ -74,15 +88,15 @@ TEST_CASE(
   Add(open, "127.0.0.2", 1, kReplaceAfter);
   Add(open, "127.0.0.1", 1, milliseconds(1));
   Add(open, "127.0.0.2", 6, milliseconds(1));
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.2"), kNow, kReplaceAfter) == 0);
+  CHECK(SlotFor(open, Peer("127.0.0.2"), kNow, kReplaceAfter) == 0);
   open[0].accepted = kNow - kReplaceAfter + milliseconds(1);
-  CHECK_FALSE(SlotForNewcomer(open, Peer("127.0.0.2"), kNow, kReplaceAfter).has_value());
+  CHECK_FALSE(SlotFor(open, Peer("127.0.0.2"), kNow, kReplaceAfter).has_value());
   // One address alone: the same.
   std::vector<OpenConnection> alone;
   Add(alone, "127.0.0.1", 2, milliseconds(1));
-  CHECK_FALSE(SlotForNewcomer(alone, Peer("127.0.0.1"), kNow, kReplaceAfter).has_value());
+  CHECK_FALSE(SlotFor(alone, Peer("127.0.0.1"), kNow, kReplaceAfter).has_value());
   alone[0].accepted = kNow - kReplaceAfter;
-  CHECK(SlotForNewcomer(alone, Peer("127.0.0.1"), kNow, kReplaceAfter) == 0);
+  CHECK(SlotFor(alone, Peer("127.0.0.1"), kNow, kReplaceAfter) == 0);
 }
 
 TEST_CASE(
@@ -93,18 +107,18 @@ TEST_CASE(
   Add(open, "127.0.0.3", 3, milliseconds(4));
   Add(open, "127.0.0.1", 1, milliseconds(3));
   // 127.0.0.3 would hold 4, as many as 127.0.0.2: nothing young is taken.
-  CHECK_FALSE(SlotForNewcomer(open, Peer("127.0.0.3"), kNow, kReplaceAfter).has_value());
+  CHECK_FALSE(SlotFor(open, Peer("127.0.0.3"), kNow, kReplaceAfter).has_value());
   // Once old enough, the oldest of both goes (here 127.0.0.2's).
   for (auto& connection : open) connection.accepted -= kReplaceAfter;
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.3"), kNow, kReplaceAfter) == 0);
+  CHECK(SlotFor(open, Peer("127.0.0.3"), kNow, kReplaceAfter) == 0);
 }
 
 TEST_CASE("slots: as many addresses as slots, one each: a newcomer takes the oldest once old") {
   std::vector<OpenConnection> open;
   for (int i = 2; i < 6; ++i) Add(open, "127.0.0." + std::to_string(i), 1, milliseconds(10 - i));
-  CHECK_FALSE(SlotForNewcomer(open, Peer("127.0.0.9"), kNow, kReplaceAfter).has_value());
+  CHECK_FALSE(SlotFor(open, Peer("127.0.0.9"), kNow, kReplaceAfter).has_value());
   open[0].accepted -= kReplaceAfter;
-  CHECK(SlotForNewcomer(open, Peer("127.0.0.9"), kNow, kReplaceAfter) == 0);
+  CHECK(SlotFor(open, Peer("127.0.0.9"), kNow, kReplaceAfter) == 0);
 }
 
 }  // namespace sharemgr

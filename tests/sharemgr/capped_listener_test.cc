@@ -12,14 +12,17 @@
 #define SHAREMGR_SANITIZED_BUILD false
 #endif
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -199,6 +202,24 @@ class CallInFlight {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A Served with a small cap whose Check calls gRPC holds unanswered (HeldChecks).
+struct HoldingServer {
+  static constexpr size_t kCap = 4;
+  testing_support::FakeTimeSource clock;
+  HeldChecks held;
+  Served s{{.max_connections = kCap, .clock = &clock}, /*max_idle_ms=*/0, &held};
+
+  // A Check from 127.0.0.1 over a connection of its own, once gRPC holds it
+  // (or it failed: refused).
+  std::unique_ptr<CallInFlight> Call(int channel_id) {
+    const int received = held.received();
+    auto call = std::make_unique<CallInFlight>(s.listener().port(), channel_id);
+    REQUIRE(
+        WaitFor([&] { return held.received() > received || call->done(); }, milliseconds(5000)));
+    return call;
+  }
+};
+
 // Connections accepted on `port` whose socket is still open anywhere in this
 // process (gRPC's descriptor or the listener's duplicate), each counted once,
 // connected or not any more: every socket whose own port is `port` but the
@@ -231,8 +252,15 @@ TEST_CASE(
   testing_support::FakeTimeSource clock;
   Served s({.max_connections = 2, .clock = &clock});
   CHECK(s.Check());
-  // That check's connection ended (its client hung up): its slot is free.
-  REQUIRE(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
+  // That check's connection ended (its client hung up) and gRPC closed it:
+  // its slot is free, and its address holds no ended one (at a cap of 2, one
+  // would be its share and the next newcomer refused).
+  REQUIRE(WaitFor(
+      [&] {
+        const auto counts = s.listener().counts();
+        return counts.open == 0 && counts.closing == 0;
+      },
+      milliseconds(5000)));
   auto first = s.Connect();
   auto second = s.Connect();
   REQUIRE(WaitFor([&] { return s.listener().counts().open == 2; }, milliseconds(5000)));
@@ -313,38 +341,69 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "the health port's listener: connections ended but not yet closed by gRPC count against a "
-    "ceiling of twice the cap") {
-  testing_support::FakeTimeSource clock;
-  HeldChecks held;
-  constexpr size_t kCap = 4;
-  Served s({.max_connections = kCap, .clock = &clock}, /*max_idle_ms=*/0, &held);
+    "the health port's listener: connections ended but not yet closed by gRPC count, half the "
+    "cap's worth at most per address") {
+  HoldingServer h;
+  auto& s = h.s;
+  constexpr size_t kCap = HoldingServer::kCap;
   std::vector<std::unique_ptr<CallInFlight>> calls;
   // Answered (and so destroyed) before the server shuts down, whatever fails.
   absl::Cleanup release = [&] {
-    held.Release();
+    h.held.Release();
     calls.clear();
   };
   // Each connection carries a call gRPC holds: the connections closed to make
   // room keep their descriptor in gRPC, however long it takes.
   for (size_t i = 0; i < 4 * kCap; ++i) {
     INFO("connection ", i);
-    clock.Advance(std::chrono::seconds(1));  // every open one may make room
-    const int received = held.received();
-    calls.push_back(std::make_unique<CallInFlight>(s.listener().port(), static_cast<int>(i)));
-    REQUIRE(WaitFor([&] { return held.received() > received || calls.back()->done(); },
-                    milliseconds(5000)));
-    CHECK(AcceptedSocketsOpen(s.listener().port()) <= 2 * kCap);
+    h.clock.Advance(std::chrono::seconds(1));  // every open one may make room
+    calls.push_back(h.Call(static_cast<int>(i)));
+    CHECK(AcceptedSocketsOpen(s.listener().port()) <= kCap + kCap / 2);
   }
   auto counts = s.listener().counts();
   CHECK(counts.open == kCap);
-  CHECK(counts.closing == kCap);
+  CHECK(counts.closing == kCap / 2);
   CHECK(counts.refused >= 1);
   // Answered: gRPC closes what it held, and the listener sees it.
-  held.Release();
+  h.held.Release();
   CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
-  clock.Advance(std::chrono::seconds(1));
+  h.clock.Advance(std::chrono::seconds(1));
   CHECK(s.Check());
+}
+
+// Whether gRPC serves the connection `fd`: it answers the client's HTTP/2
+// preface with its SETTINGS; a refused or evicted connection is closed.
+bool AnswersPreface(int fd) {
+  constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+  REQUIRE(send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(sizeof(kPreface) - 1));
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 5000) != 1) return false;
+  char buf[64];
+  return recv(fd, buf, sizeof(buf), 0) > 0;
+}
+
+// Whether the listener hands a new connection from `from` to gRPC rather than
+// refusing it (closed at once).
+bool ServedFrom(const Served& s, const char* from) { return AnswersPreface(s.Connect(from).get()); }
+
+TEST_CASE(
+    "the health port's listener: one address whose ended connections gRPC has not closed yet "
+    "never fills the ceiling for another") {
+  // Connections from 127.0.0.1 that end with a call gRPC still holds: as a
+  // connect-and-reset loop faster than gRPC tears connections down, each
+  // stays counted as closing. 127.0.0.2 must still be served meanwhile.
+  HoldingServer h;
+  absl::Cleanup release = [&] { h.held.Release(); };
+  for (int i = 0; i < 16; ++i) {
+    INFO("churn ", i);
+    h.Call(i).reset();  // hung up, its call still held by gRPC
+    CHECK(ServedFrom(h.s, "127.0.0.2"));
+  }
+  // The churning address was refused once it held its share of closing ones.
+  const auto counts = h.s.listener().counts();
+  CHECK(counts.refused >= 1);
+  CHECK(counts.closing <= HoldingServer::kCap / 2 + 1);
 }
 
 TEST_CASE("the health port's listener: a connection ended by either side gives its slot back") {
@@ -362,6 +421,49 @@ TEST_CASE("the health port's listener: a connection ended by either side gives i
   CHECK(s.listener().counts().evicted == 0);
   // gRPC has closed its descriptors of both, and the listener has seen it.
   CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
+}
+
+// The descriptors of this process that hold the connection accepted on
+// `port` from `client` (gRPC's and the listener's duplicate), lowest first.
+std::vector<int> AcceptedDescriptorsOf(uint16_t port, int client) {
+  sockaddr_in mine{};
+  socklen_t mine_len = sizeof(mine);
+  REQUIRE(getsockname(client, reinterpret_cast<sockaddr*>(&mine), &mine_len) == 0);
+  std::vector<int> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in local{};
+    sockaddr_in peer{};
+    socklen_t local_len = sizeof(local);
+    socklen_t peer_len = sizeof(peer);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
+        local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0 &&
+        peer.sin_port == mine.sin_port) {
+      found.push_back(fd);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+TEST_CASE(
+    "the health port's listener: a connection gRPC closes without shutting it down first is "
+    "noticed and ended") {
+  Served s({.max_connections = 4});
+  auto client = s.Connect();
+  REQUIRE(WaitFor([&] { return s.listener().counts().open == 1; }, milliseconds(5000)));
+  // gRPC's descriptor (the lower: the duplicate was made after it) becomes
+  // another file in one step, as if gRPC had closed it without a shutdown()
+  // and the number been reused: only the listener's duplicate keeps the
+  // connection up, and nothing wakes the listener.
+  const auto fds = AcceptedDescriptorsOf(s.listener().port(), client.get());
+  REQUIRE(fds.size() == 2);
+  base::UniqueFd null(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  REQUIRE(null);
+  REQUIRE(dup3(null.get(), fds[0], O_CLOEXEC) == fds[0]);
+  CHECK(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
+  CHECK(ClosedByServer(client.get()));
 }
 
 // UBSan's first vptr check of an object needs a descriptor (a pipe): with none
@@ -390,23 +492,90 @@ TEST_CASE("the health port's listener: out of descriptors it keeps the port and 
   CHECK(s.Check());
 }
 
-TEST_CASE("PinGrpcPollStrategy: epoll1 unless the user chose a poller") {
-  const char* inherited = std::getenv("GRPC_POLL_STRATEGY");
-  const std::optional<std::string> saved =
-      inherited ? std::optional<std::string>(inherited) : std::nullopt;
-  absl::Cleanup restore = [&] {
-    if (saved) {
-      setenv("GRPC_POLL_STRATEGY", saved->c_str(), 1);
+TEST_CASE(
+    "the health port's listener: a new connection it cannot watch (no descriptor for its "
+    "duplicate) costs no open connection its slot" *
+    doctest::skip(SHAREMGR_SANITIZED_BUILD)) {  // as above: UBSan needs descriptors
+  testing_support::FakeTimeSource clock;
+  Served s({.max_connections = 1, .shortage_retry = milliseconds(20), .clock = &clock});
+  auto open = s.Connect();
+  REQUIRE(WaitFor([&] { return s.listener().counts().open == 1; }, milliseconds(5000)));
+  // Open a second: a newcomer from its own address may take its slot.
+  clock.Advance(std::chrono::seconds(1));
+  base::UniqueFd newcomer(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(newcomer);
+  {
+    // One descriptor left: accept4() gets it, the duplicate does not.
+    testing_support::DescriptorShortage shortage(256);
+    shortage.GiveOneBack();
+    s.Connect(newcomer.get());
+    // (Evicted first, the open connection's descriptor may come back from gRPC in time for the
+    // duplicate: no shortage then, the newcomer served in its place.)
+    REQUIRE(WaitFor(
+        [&] {
+          const auto counts = s.listener().counts();
+          return counts.shortages + counts.evicted >= 1;
+        },
+        milliseconds(5000)));
+  }
+  const auto counts = s.listener().counts();
+  CHECK(counts.evicted == 0);
+  CHECK(counts.shortages >= 1);
+  CHECK(counts.open == 1);
+  CHECK(ClosedByServer(newcomer.get()));
+  CHECK(AnswersPreface(open.get()));  // still served
+}
+
+// What PinGrpcPollStrategy returns and leaves in GRPC_POLL_STRATEGY when it
+// finds `inherited` there (unset: nullopt), called in a child process of its
+// own as main calls it: first thing, before any gRPC object exists there.
+std::pair<std::string, std::string> PinnedInChild(const std::optional<std::string>& inherited) {
+  int out[2];
+  REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+  base::UniqueFd read_end(out[0]);
+  base::UniqueFd write_end(out[1]);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (inherited) {
+      setenv("GRPC_POLL_STRATEGY", inherited->c_str(), 1);
     } else {
       unsetenv("GRPC_POLL_STRATEGY");
     }
-  };
-  unsetenv("GRPC_POLL_STRATEGY");
-  CHECK(PinGrpcPollStrategy() == "epoll1");
-  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "epoll1");
-  setenv("GRPC_POLL_STRATEGY", "poll", 1);
-  CHECK(PinGrpcPollStrategy() == "poll");
-  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "poll");
+    const std::string returned = PinGrpcPollStrategy();
+    const char* in_force = std::getenv("GRPC_POLL_STRATEGY");
+    const std::string report = absl::StrCat(returned, "\n", in_force ? in_force : "(unset)");
+    const bool written =
+        write(write_end.get(), report.data(), report.size()) == static_cast<ssize_t>(report.size());
+    _exit(written ? 0 : 1);
+  }
+  write_end.reset();
+  std::string report;
+  char buf[256];
+  for (ssize_t n; (n = read(read_end.get(), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    REQUIRE(n > 0);
+    report.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const auto newline = report.find('\n');
+  REQUIRE(newline != std::string::npos);
+  return {report.substr(0, newline), report.substr(newline + 1)};
+}
+
+TEST_CASE(
+    "PinGrpcPollStrategy: epoll1 and poll where epoll1 cannot run unless the user chose a "
+    "poller") {
+  // gRPC takes the first of the list that works.
+  CHECK(PinnedInChild(std::nullopt) ==
+        std::pair<std::string, std::string>("epoll1,poll", "epoll1,poll"));
+  CHECK(PinnedInChild("") ==
+        std::pair<std::string, std::string>("epoll1,poll", "epoll1,poll"));  // as unset
+  CHECK(PinnedInChild("poll") == std::pair<std::string, std::string>("poll", "poll"));
+  CHECK(PinnedInChild("epoll1") == std::pair<std::string, std::string>("epoll1", "epoll1"));
 }
 
 }  // namespace sharemgr

@@ -384,8 +384,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a shortage that lasts counts: --probe-failures probes in a row that could not run here are "
-    "one miss, so a hung child beside a descriptor leak is still killed") {
+    "a shortage that lasts counts: --probe-failures probe intervals of it are one miss, so a hung "
+    "child beside a descriptor leak is still killed") {
   Harness h(FastOptions());  // 3 misses in a row mean hung
   const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
   const int from = h.probes_;
@@ -393,16 +393,42 @@ TEST_CASE(
   const auto killed = h.WaitFor(
       [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
   CHECK(killed.last_exit->signal == SIGKILL);
-  CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed in a row (last: 3 "
-                                          "probes in a row could not run here") !=
-        std::string::npos);
-  CHECK(h.probes_ - from >= 9);  // 3 misses of 3 rounds each
+  CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed in a row (last: "
+                                          "probes could not run here for ") != std::string::npos);
+  CHECK(h.probes_ - from >= 9);  // 3 misses of 3 probe intervals each
   CHECK_FALSE(Alive(first));
   // As the metrics see it: three misses, a hang, not a signal.
   CHECK(h.misses() == 3);
   CHECK(h.hangs().size() == 1);
   REQUIRE(h.deaths().size() == 1);
   CHECK(h.deaths()[0].cause == DeathCause::kHung);
+}
+
+TEST_CASE(
+    "a shortage is timed and not counted in rounds: after ProbeSoon's fast rounds it is still no "
+    "miss until it has lasted --probe-failures probe intervals") {
+  // No comma in this test's name: doctest's -tc splits its filter at commas,
+  // and a filter that matches nothing runs nothing and passes.
+  testing_support::FakeTimeSource clock;  // moves only when told
+  Harness h(FastOptions(), {"sleep", "1000"}, /*probe_short=*/false, &clock);
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  h.ready_ = false;  // the fast window lasts until ready again
+  h.Run([](Supervisor& s) { s.ProbeSoon(); });
+  h.probe_short_ = true;
+  // 30 short rounds (10 ms apart) and no time: counted in rounds, 3 x 3 of
+  // them would have killed the child.
+  const int from = h.probes_;
+  h.ProbeWhileAlive(30, pid);
+  CHECK(h.probes_ - from >= 9);
+  CheckNeverRestarted(h.history().back(), pid);
+  // 3 misses of 150 ms each: killed.
+  for (int i = 0; i < 3; ++i) {
+    clock.Advance(milliseconds(151));
+    h.ProbeWhileAlive(2, pid);
+  }
+  const auto killed =
+      h.WaitFor([&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != pid; });
+  CHECK(killed.last_exit->signal == SIGKILL);
 }
 
 TEST_CASE(

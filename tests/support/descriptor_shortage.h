@@ -32,6 +32,12 @@ class DescriptorShortage {
   DescriptorShortage(const DescriptorShortage&) = delete;
   DescriptorShortage& operator=(const DescriptorShortage&) = delete;
 
+  // Frees one of the descriptors taken: the next one made gets it, and the one after runs short.
+  void GiveOneBack() {
+    REQUIRE_FALSE(taken_.empty());
+    taken_.pop_back();
+  }
+
   // Takes whatever descriptors were freed since (e.g. by gRPC's threads).
   void TakeFreed() {
     for (base::UniqueFd fd(dup(STDERR_FILENO)); fd; fd.reset(dup(STDERR_FILENO))) {
