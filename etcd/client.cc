@@ -214,4 +214,48 @@ absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& 
   }
 }
 
+absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
+                                    std::chrono::system_clock::time_point deadline) {
+  etcdserverpb::RangeRequest get;
+  get.set_key(key);
+  get.set_keys_only(true);
+  auto now = client.Range(get);
+  if (!now.ok()) return now.status();
+  if (now->kvs().empty()) return true;
+  const EtcdClient::InUse member = client.Current();
+  if (!member.member->channel->WaitForConnected(deadline)) {
+    client.Failed(member.index);
+    return false;  // the next call tries the next member
+  }
+  grpc::ClientContext context;
+  context.AddMetadata(kRequireLeaderKey, kRequireLeaderValue);
+  context.set_deadline(deadline);
+  auto stream = member.member->watch->Watch(&context);
+  etcdserverpb::WatchRequest watch;
+  auto* create = watch.mutable_create_request();
+  create->set_key(key);
+  create->set_start_revision(now->header().revision() + 1);
+  bool deleted = false;
+  if (stream->Write(watch)) {
+    etcdserverpb::WatchResponse response;
+    while (!deleted && stream->Read(&response)) {
+      // A compacted start revision: read again next time.
+      if (response.compact_revision() != 0 || response.canceled()) break;
+      for (const auto& event : response.events()) {
+        if (event.type() == mvccpb::Event::DELETE) deleted = true;
+      }
+    }
+  }
+  context.TryCancel();
+  const grpc::Status status = stream->Finish();
+  if (deleted) return true;
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
+    return false;
+  }
+  client.Failed(member.index);
+  return absl::UnavailableError(
+      absl::StrCat("etcd Watch on ", member.member->endpoint, ": ", status.error_message()));
+}
+
 }  // namespace etcd

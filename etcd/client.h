@@ -133,4 +133,13 @@ struct PrefixListing {
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
                                          bool keys_only, int64_t page_size = 500);
 
+// Waits until `key` is gone: true once it is (or already was), false when
+// `deadline` came first or the watch ended without news (a compacted start
+// revision: the next call reads again). A read, then a Watch from just past
+// it, so no delete between the two is missed. UNAVAILABLE when the member
+// failed (the client moves on to the next one). For a successor waiting out
+// a lease holder (a serving lease, the controller's leadership).
+absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
+                                    std::chrono::system_clock::time_point deadline);
+
 }  // namespace etcd

@@ -175,65 +175,15 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
 }
 
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
-  etcdserverpb::RangeRequest get;
-  get.set_key(lease_key_);
-  auto now = client_->Range(get);
-  if (!now.ok()) return now.status();
-  if (now->kvs().empty()) return true;
-  // Watch from just past that read: no delete between the two is missed.
-  const etcd::EtcdClient::InUse member = client_->Current();
-  if (!member.member->channel->WaitForConnected(WallDeadline(deadline))) {
-    client_->Failed(member.index);
-    return false;  // the next slice tries the next member
-  }
-  grpc::ClientContext context;
-  context.AddMetadata(etcd::kRequireLeaderKey, etcd::kRequireLeaderValue);
-  context.set_deadline(WallDeadline(deadline));
-  auto stream = member.member->watch->Watch(&context);
-  etcdserverpb::WatchRequest watch;
-  auto* create = watch.mutable_create_request();
-  create->set_key(lease_key_);
-  create->set_start_revision(now->header().revision() + 1);
-  bool released = false;
-  if (stream->Write(watch)) {
-    etcdserverpb::WatchResponse response;
-    while (!released && stream->Read(&response)) {
-      // A compacted start revision: read again next time.
-      if (response.compact_revision() != 0 || response.canceled()) break;
-      for (const auto& event : response.events()) {
-        if (event.type() == mvccpb::Event::DELETE) released = true;
-      }
-    }
-  }
-  context.TryCancel();
-  const grpc::Status status = stream->Finish();
-  if (released) return true;
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-      status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
-    return false;
-  }
-  client_->Failed(member.index);
-  return absl::UnavailableError(
-      absl::StrCat("etcd Watch on ", member.member->endpoint, ": ", status.error_message()));
+  return etcd::WaitKeyDeleted(*client_, lease_key_, WallDeadline(deadline));
 }
 
 absl::StatusOr<Renewal> EtcdLeaseBackend::KeepAlive(base::TimePoint deadline) {
-  auto kept = keep_alive_.KeepAlive(lease_, WallDeadline(deadline));
+  auto kept = etcd::KeepAliveHoldingKey(keep_alive_, *client_, lease_, lease_key_, value_,
+                                        WallDeadline(deadline));
   if (!kept.ok()) return kept.status();
-  Renewal renewal{.ttl_seconds = kept->ttl()};
-  if (renewal.ttl_seconds <= 0) return renewal;
-  // Renewed; and the key still ours? (Deleted by hand, it would not be
-  // noticed by the lease.)
-  etcdserverpb::RangeRequest get;
-  get.set_key(lease_key_);
-  auto key = client_->Range(get);
-  if (!key.ok()) return key.status();
-  if (key->kvs().empty()) {
-    renewal.key = Renewal::Key::kGone;
-  } else if (const auto& kv = key->kvs(0); kv.lease() != lease_ || kv.value() != value_) {
-    renewal.key = Renewal::Key::kOther;
-    renewal.key_epoch = EpochOf(kv.value()).value_or(0);
-  }
+  Renewal renewal{.ttl_seconds = kept->ttl_seconds, .key = kept->key};
+  if (kept->key == Renewal::Key::kOther) renewal.key_epoch = EpochOf(kept->other).value_or(0);
   return renewal;
 }
 

@@ -16,19 +16,11 @@ using base::TimePoint;
 
 constexpr TimePoint kNever = TimePoint::max();
 
-Duration Clamp(Duration d, Duration low, Duration high) { return std::clamp(d, low, high); }
-
 int64_t WholeSeconds(Duration d) {
   return std::chrono::duration_cast<std::chrono::seconds>(d).count();
 }
 
 }  // namespace
-
-Duration LeaseFenceMargin(Duration ttl) { return std::max(Duration(500), ttl / 5); }
-Duration LeaseRenewInterval(Duration ttl) { return ttl / 3; }
-Duration LeaseCallTimeout(Duration ttl) { return Clamp(ttl / 6, Duration(250), Duration(2000)); }
-Duration LeaseRetryPause(Duration ttl) { return Clamp(ttl / 20, Duration(50), Duration(500)); }
-Duration DefaultLeaseDriftMargin(Duration ttl) { return std::max(Duration(500), ttl / 50); }
 
 ServingLease::ServingLease(LeaseBackend& backend, const base::TimeSource& clock,
                            ServingLeaseOptions options, Hooks hooks)
@@ -66,7 +58,7 @@ absl::Status ServingLease::Stop(StopMode mode) {
     absl::MutexLock lock(&mu_);
     revoke = mode == StopMode::kRevoke && ever_taken_;
     phase_ = Phase::kStopped;
-    valid_until_.reset();
+    held_.reset();
   }
   if (!revoke) return absl::OkStatus();
   auto status = backend_.Revoke(clock_.Now() + LeaseCallTimeout(options_.ttl));
@@ -81,13 +73,13 @@ absl::Status ServingLease::Stop(StopMode mode) {
 
 bool ServingLease::ValidAt(TimePoint now) const {
   absl::MutexLock lock(&mu_);
-  return phase_ == Phase::kHeld && valid_until_ && now < *valid_until_;
+  return phase_ == Phase::kHeld && held_ && now < held_->valid_until();
 }
 
 std::optional<TimePoint> ServingLease::valid_until() const {
   absl::MutexLock lock(&mu_);
-  if (phase_ != Phase::kHeld) return std::nullopt;
-  return valid_until_;
+  if (phase_ != Phase::kHeld || !held_) return std::nullopt;
+  return held_->valid_until();
 }
 
 TimePoint ServingLease::Step() {
@@ -118,7 +110,7 @@ TimePoint ServingLease::Lose(std::string why) {
     absl::MutexLock lock(&mu_);
     if (phase_ == Phase::kLost || phase_ == Phase::kStopped) return kNever;
     phase_ = Phase::kLost;
-    valid_until_.reset();
+    held_.reset();
   }
   spdlog::error("serving lease of epoch {}: {}", options_.epoch, why);
   if (hooks_.lost) hooks_.lost(why);
@@ -167,9 +159,6 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
                                attempt->other_holder, ")");
     return after;
   }
-  // The store may round a short TTL up; never count on more than was asked.
-  const Duration granted =
-      std::min(options_.ttl, Duration(std::chrono::seconds(attempt->granted_ttl_seconds)));
   TimePoint next;
   {
     absl::MutexLock lock(&mu_);
@@ -178,13 +167,14 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
     last_error_.clear();
     // The lease was granted after `now`: it lasts at least until now + TTL
     // on the store's clock.
-    valid_until_ = now + granted - LeaseFenceMargin(options_.ttl);
-    next_renewal_ = now + LeaseRenewInterval(options_.ttl);
-    next = std::min(next_renewal_, *valid_until_);
+    held_.emplace(options_.ttl);
+    held_->Taken(now, attempt->granted_ttl_seconds);
+    next = held_->NextStep();
     if (stopping_) return kNever;  // nobody is left to serve
   }
   spdlog::info("serving lease of epoch {} taken (TTL {}, renewed every {})", options_.epoch,
-               base::FormatDuration(granted),
+               base::FormatDuration(std::min(
+                   options_.ttl, Duration(std::chrono::seconds(attempt->granted_ttl_seconds)))),
                base::FormatDuration(LeaseRenewInterval(options_.ttl)));
   if (hooks_.taken) hooks_.taken();
   return next;
@@ -221,67 +211,42 @@ TimePoint ServingLease::StepWaitForRelease(TimePoint now) {
 }
 
 TimePoint ServingLease::StepRenew(TimePoint now) {
-  TimePoint valid_until;
+  TimePoint deadline;
+  std::optional<std::string> ended;
   {
     absl::MutexLock lock(&mu_);
-    valid_until = *valid_until_;
-    if (now < next_renewal_ && now < valid_until) return std::min(next_renewal_, valid_until);
+    if (!held_) return kNever;
+    ended = held_->Ended(now);
+    if (!ended && !held_->RenewalDue(now)) return held_->NextStep();
+    deadline = held_->KeepAliveDeadline(now);
   }
-  if (now >= valid_until) {
-    // valid_until = last confirmed send + TTL - fence margin.
-    const Duration confirmed_ago = std::chrono::duration_cast<Duration>(now - valid_until) +
-                                   options_.ttl - LeaseFenceMargin(options_.ttl);
-    std::string last_error;
-    {
-      absl::MutexLock lock(&mu_);
-      last_error = last_error_;
-    }
-    return Lose(absl::StrCat("no renewal confirmed for ", base::FormatDuration(confirmed_ago),
-                             " (TTL ", base::FormatDuration(options_.ttl), ")",
-                             last_error.empty() ? "" : "; last error: ", last_error));
-  }
-  // Never past valid_until: an answer after it would come too late anyway.
-  auto renewal = backend_.KeepAlive(std::min(now + LeaseCallTimeout(options_.ttl), valid_until));
+  if (ended) return Lose(*std::move(ended));
+  auto renewal = backend_.KeepAlive(deadline);
   const TimePoint after = clock_.Now();
-  if (!renewal.ok()) {
-    spdlog::warn("renewing the serving lease of epoch {} (valid {} more): {}", options_.epoch,
-                 base::FormatDuration(std::chrono::duration_cast<Duration>(valid_until - after)),
-                 renewal.status().message());
+  std::optional<std::string> lost;
+  {
     absl::MutexLock lock(&mu_);
-    last_error_ = std::string(renewal.status().message());
-    next_renewal_ = after + LeaseRetryPause(options_.ttl);
-    return std::min(next_renewal_, valid_until);
+    if (!held_) return kNever;  // stopped meanwhile
+    const Duration valid_left = std::chrono::duration_cast<Duration>(held_->valid_until() - after);
+    if (!renewal.ok()) {
+      spdlog::warn("renewing the serving lease of epoch {} (valid {} more): {}", options_.epoch,
+                   base::FormatDuration(valid_left), renewal.status().message());
+      held_->RenewalFailed(after, std::string(renewal.status().message()));
+      return held_->NextStep();
+    }
+    lost = held_->Renewed(now, after,
+                          {.ttl_seconds = renewal->ttl_seconds,
+                           .key = renewal->key,
+                           .other = absl::StrCat("epoch ", renewal->key_epoch)});
+    if (!lost) {
+      spdlog::debug(
+          "serving lease renewed (answered in {}); valid {} more",
+          base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
+          base::FormatDuration(std::chrono::duration_cast<Duration>(held_->valid_until() - after)));
+      return held_->NextStep();
+    }
   }
-  if (renewal->ttl_seconds <= 0) {
-    return Lose(absl::StrCat("the store says the lease expired (renewal answered TTL ",
-                             renewal->ttl_seconds, ")"));
-  }
-  if (renewal->key == LeaseBackend::Renewal::Key::kGone) {
-    return Lose("the lease key was deleted");
-  }
-  if (renewal->key == LeaseBackend::Renewal::Key::kOther) {
-    return Lose(absl::StrCat("the lease key holds epoch ", renewal->key_epoch, " now"));
-  }
-  // Strict: confirmed after valid_until is not confirmed (the daemon may have
-  // fenced already on its own timer).
-  if (after >= valid_until) {
-    return Lose(
-        absl::StrCat("a renewal was confirmed only after the lease's validity ended (",
-                     base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
-                     " after it was sent)"));
-  }
-  const Duration granted =
-      std::min(options_.ttl, Duration(std::chrono::seconds(renewal->ttl_seconds)));
-  absl::MutexLock lock(&mu_);
-  last_error_.clear();
-  // Sent at `now`: the store renewed it no earlier, so it lasts at least
-  // until now + TTL on the store's clock.
-  valid_until_ = now + granted - LeaseFenceMargin(options_.ttl);
-  next_renewal_ = now + LeaseRenewInterval(options_.ttl);
-  spdlog::debug("serving lease renewed (answered in {}); valid {} more",
-                base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
-                base::FormatDuration(std::chrono::duration_cast<Duration>(*valid_until_ - after)));
-  return std::min(next_renewal_, *valid_until_);
+  return Lose(*std::move(lost));
 }
 
 }  // namespace sharemgr

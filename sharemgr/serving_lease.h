@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "etcd/lease_validity.h"
 
 namespace sharemgr {
 
@@ -59,7 +60,7 @@ class LeaseBackend {
     // The store's answer: the lease's TTL after the renewal; <= 0 means it
     // expired.
     int64_t ttl_seconds = 0;
-    enum class Key { kOurs, kGone, kOther };
+    using Key = etcd::LeaseRenewal::Key;
     Key key = Key::kOurs;
     uint64_t key_epoch = 0;  // kOther: the epoch the key holds now
   };
@@ -80,19 +81,13 @@ struct ServingLeaseOptions {
   base::Duration acquire_timeout{30'000};
 };
 
-// The derived timings, from the TTL.
-// valid_until = last confirmed renewal's send time + TTL - FenceMargin.
-base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)
-base::Duration LeaseRenewInterval(base::Duration ttl);  // TTL/3
-// The bound of one call to the store (a renewal, an attempt, a revoke, a
-// slice of waiting): a hung member costs this much before the next one is
-// tried, and stopping waits at most this for the call in flight.
-base::Duration LeaseCallTimeout(base::Duration ttl);  // TTL/6, within [250ms, 2s]
-// The pause before a failed call is tried again.
-base::Duration LeaseRetryPause(base::Duration ttl);  // TTL/20, within [50ms, 500ms]
-// The default drift margin: max(500ms, TTL/50), i.e. a 1% clock-rate error
-// on each side.
-base::Duration DefaultLeaseDriftMargin(base::Duration ttl);
+// The derived timings, from the TTL (etcd/lease_validity.h: the
+// controller's leadership keeps its lease by the same rules).
+using etcd::DefaultLeaseDriftMargin;
+using etcd::LeaseCallTimeout;
+using etcd::LeaseFenceMargin;
+using etcd::LeaseRenewInterval;
+using etcd::LeaseRetryPause;
 
 class ServingLease {
  public:
@@ -153,12 +148,12 @@ class ServingLease {
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kAcquiring;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool ever_taken_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<base::TimePoint> valid_until_ ABSL_GUARDED_BY(mu_);
+  // Set while held (phase kHeld).
+  std::optional<etcd::LeaseValidity> held_ ABSL_GUARDED_BY(mu_);
   // Step state: only the stepping thread (the keeper's, or a test's) touches
   // these, but under mu_ all the same so no annotation needs an exception.
   std::optional<base::TimePoint> acquire_deadline_ ABSL_GUARDED_BY(mu_);
   base::TimePoint not_before_ ABSL_GUARDED_BY(mu_){};
-  base::TimePoint next_renewal_ ABSL_GUARDED_BY(mu_){};
   std::string last_error_ ABSL_GUARDED_BY(mu_);
 
   std::thread thread_;  // started by Start(); joined by Stop()
