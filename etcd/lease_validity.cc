@@ -18,6 +18,10 @@ Duration Between(TimePoint from, TimePoint to) {
 
 }  // namespace
 
+int64_t TtlSeconds(Duration ttl) {
+  return std::chrono::duration_cast<std::chrono::seconds>(ttl).count();
+}
+
 Duration LeaseFenceMargin(Duration ttl) { return std::max(Duration(500), ttl / 5); }
 Duration LeaseRenewInterval(Duration ttl) { return ttl / 3; }
 Duration LeaseCallTimeout(Duration ttl) { return Clamp(ttl / 6, Duration(250), Duration(2000)); }

@@ -20,6 +20,9 @@
 
 namespace etcd {
 
+// The TTL as etcd takes it: whole seconds.
+int64_t TtlSeconds(base::Duration ttl);
+
 // The derived timings, from the TTL.
 base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)
 base::Duration LeaseRenewInterval(base::Duration ttl);  // TTL/3

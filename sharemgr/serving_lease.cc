@@ -9,58 +9,22 @@
 #include "base/fmt_absl.h"
 
 namespace sharemgr {
-namespace {
 
 using base::Duration;
 using base::TimePoint;
 
-constexpr TimePoint kNever = TimePoint::max();
-
-int64_t WholeSeconds(Duration d) {
-  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
-}
-
-}  // namespace
-
 ServingLease::ServingLease(LeaseBackend& backend, const base::TimeSource& clock,
                            ServingLeaseOptions options, Hooks hooks)
-    : backend_(backend), clock_(clock), options_(options), hooks_(std::move(hooks)) {}
+    : LeaseKeeper(clock, options.ttl, "serving lease", absl::StrCat("of epoch ", options.epoch)),
+      backend_(backend),
+      options_(options),
+      hooks_(std::move(hooks)) {}
 
 ServingLease::~ServingLease() { Stop(StopMode::kLetExpire).IgnoreError(); }
 
-void ServingLease::Start() {
-  thread_ = std::thread([this] { ThreadMain(); });
-}
-
-void ServingLease::ThreadMain() {
-  for (;;) {
-    const TimePoint next = Step();
-    absl::MutexLock lock(&mu_);
-    // Lost is final: nothing is left to do until Stop joins.
-    if (stopping_ || next == kNever) return;
-    const Duration wait = std::chrono::duration_cast<Duration>(next - clock_.Now());
-    if (wait > Duration::zero()) {
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(wait));
-    }
-    if (stopping_) return;
-  }
-}
-
 absl::Status ServingLease::Stop(StopMode mode) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (phase_ == Phase::kStopped) return absl::OkStatus();
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-  bool revoke = false;
-  {
-    absl::MutexLock lock(&mu_);
-    revoke = mode == StopMode::kRevoke && ever_taken_;
-    phase_ = Phase::kStopped;
-    held_.reset();
-  }
-  if (!revoke) return absl::OkStatus();
+  const bool taken = EndThread();
+  if (mode != StopMode::kRevoke || !taken) return absl::OkStatus();
   auto status = backend_.Revoke(clock_.Now() + LeaseCallTimeout(options_.ttl));
   if (status.ok()) {
     spdlog::info("serving lease of epoch {} revoked", options_.epoch);
@@ -71,50 +35,27 @@ absl::Status ServingLease::Stop(StopMode mode) {
   return status;
 }
 
-bool ServingLease::ValidAt(TimePoint now) const {
-  absl::MutexLock lock(&mu_);
-  return phase_ == Phase::kHeld && held_ && now < held_->valid_until();
-}
-
-std::optional<TimePoint> ServingLease::valid_until() const {
-  absl::MutexLock lock(&mu_);
-  if (phase_ != Phase::kHeld || !held_) return std::nullopt;
-  return held_->valid_until();
-}
-
-TimePoint ServingLease::Step() {
-  const TimePoint now = clock_.Now();
-  Phase phase;
+TimePoint ServingLease::StepTaking(TimePoint now) {
+  bool waiting = false;
   {
     absl::MutexLock lock(&mu_);
     // The acquire budget runs from the first step.
     if (!acquire_deadline_) acquire_deadline_ = now + options_.acquire_timeout;
-    phase = phase_;
+    waiting = waiting_for_release_;
   }
-  switch (phase) {
-    case Phase::kAcquiring:
-      return StepAcquire(now);
-    case Phase::kWaitingForRelease:
-      return StepWaitForRelease(now);
-    case Phase::kHeld:
-      return StepRenew(now);
-    case Phase::kLost:
-    case Phase::kStopped:
-      break;
-  }
-  return kNever;
+  return waiting ? StepWaitForRelease(now) : StepAcquire(now);
 }
 
-TimePoint ServingLease::Lose(std::string why) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (phase_ == Phase::kLost || phase_ == Phase::kStopped) return kNever;
-    phase_ = Phase::kLost;
-    held_.reset();
-  }
-  spdlog::error("serving lease of epoch {}: {}", options_.epoch, why);
+absl::StatusOr<etcd::LeaseRenewal> ServingLease::KeepAlive(TimePoint deadline) {
+  auto renewal = backend_.KeepAlive(deadline);
+  if (!renewal.ok()) return renewal.status();
+  return etcd::LeaseRenewal{.ttl_seconds = renewal->ttl_seconds,
+                            .key = renewal->key,
+                            .other = absl::StrCat("epoch ", renewal->key_epoch)};
+}
+
+void ServingLease::OnLost(const std::string& why) {
   if (hooks_.lost) hooks_.lost(why);
-  return kNever;
 }
 
 TimePoint ServingLease::StepAcquire(TimePoint now) {
@@ -132,7 +73,7 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
                              last_error.empty() ? "" : " (last: ", last_error,
                              last_error.empty() ? "" : ")"));
   }
-  auto attempt = backend_.TryAcquire(WholeSeconds(options_.ttl), deadline);
+  auto attempt = backend_.TryAcquire(etcd::TtlSeconds(options_.ttl), deadline);
   const TimePoint after = clock_.Now();
   if (!attempt.ok()) {
     spdlog::warn("taking the serving lease of epoch {}: {}", options_.epoch,
@@ -154,30 +95,25 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
                  attempt->other_epoch, attempt->other_holder,
                  base::FormatDuration(options_.drift_margin));
     absl::MutexLock lock(&mu_);
-    phase_ = Phase::kWaitingForRelease;
+    waiting_for_release_ = true;
     last_error_ = absl::StrCat("still held by epoch ", attempt->other_epoch, " (",
                                attempt->other_holder, ")");
     return after;
   }
-  TimePoint next;
   {
     absl::MutexLock lock(&mu_);
-    phase_ = Phase::kHeld;
-    ever_taken_ = true;
     last_error_.clear();
-    // The lease was granted after `now`: it lasts at least until now + TTL
-    // on the store's clock.
-    held_.emplace(options_.ttl);
-    held_->Taken(now, attempt->granted_ttl_seconds);
-    next = held_->NextStep();
-    if (stopping_) return kNever;  // nobody is left to serve
   }
+  // The lease was granted after `now`: it lasts at least until now + TTL on
+  // the store's clock.
+  const std::optional<TimePoint> next = Held(now, attempt->granted_ttl_seconds);
+  if (!next) return kNever;  // stopping: nobody is left to serve
   spdlog::info("serving lease of epoch {} taken (TTL {}, renewed every {})", options_.epoch,
                base::FormatDuration(std::min(
                    options_.ttl, Duration(std::chrono::seconds(attempt->granted_ttl_seconds)))),
                base::FormatDuration(LeaseRenewInterval(options_.ttl)));
   if (hooks_.taken) hooks_.taken();
-  return next;
+  return *next;
 }
 
 TimePoint ServingLease::StepWaitForRelease(TimePoint now) {
@@ -205,48 +141,9 @@ TimePoint ServingLease::StepWaitForRelease(TimePoint now) {
   // that clock running slower than the store's.
   spdlog::info("serving lease released by its holder; taking it in {}",
                base::FormatDuration(options_.drift_margin));
-  phase_ = Phase::kAcquiring;
+  waiting_for_release_ = false;
   not_before_ = after + options_.drift_margin;
   return not_before_;
-}
-
-TimePoint ServingLease::StepRenew(TimePoint now) {
-  TimePoint deadline;
-  std::optional<std::string> ended;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!held_) return kNever;
-    ended = held_->Ended(now);
-    if (!ended && !held_->RenewalDue(now)) return held_->NextStep();
-    deadline = held_->KeepAliveDeadline(now);
-  }
-  if (ended) return Lose(*std::move(ended));
-  auto renewal = backend_.KeepAlive(deadline);
-  const TimePoint after = clock_.Now();
-  std::optional<std::string> lost;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!held_) return kNever;  // stopped meanwhile
-    const Duration valid_left = std::chrono::duration_cast<Duration>(held_->valid_until() - after);
-    if (!renewal.ok()) {
-      spdlog::warn("renewing the serving lease of epoch {} (valid {} more): {}", options_.epoch,
-                   base::FormatDuration(valid_left), renewal.status().message());
-      held_->RenewalFailed(after, std::string(renewal.status().message()));
-      return held_->NextStep();
-    }
-    lost = held_->Renewed(now, after,
-                          {.ttl_seconds = renewal->ttl_seconds,
-                           .key = renewal->key,
-                           .other = absl::StrCat("epoch ", renewal->key_epoch)});
-    if (!lost) {
-      spdlog::debug(
-          "serving lease renewed (answered in {}); valid {} more",
-          base::FormatDuration(std::chrono::duration_cast<Duration>(after - now)),
-          base::FormatDuration(std::chrono::duration_cast<Duration>(held_->valid_until() - after)));
-      return held_->NextStep();
-    }
-  }
-  return Lose(*std::move(lost));
 }
 
 }  // namespace sharemgr

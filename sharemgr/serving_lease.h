@@ -21,12 +21,12 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "etcd/lease_keeper.h"
 #include "etcd/lease_validity.h"
 
 namespace sharemgr {
@@ -89,7 +89,9 @@ using etcd::LeaseFenceMargin;
 using etcd::LeaseRenewInterval;
 using etcd::LeaseRetryPause;
 
-class ServingLease {
+// The keeper of the serving lease; its thread, renewals and validity are
+// etcd::LeaseKeeper's (shared with the controller's leadership).
+class ServingLease final : public etcd::LeaseKeeper {
  public:
   struct Hooks {
     // The lease is held: serving may start. Keeper thread, at most once.
@@ -106,57 +108,36 @@ class ServingLease {
   ServingLease(LeaseBackend& backend, const base::TimeSource& clock, ServingLeaseOptions options,
                Hooks hooks);
   // Stop(kLetExpire) unless stopped already.
-  ~ServingLease();
-  ServingLease(const ServingLease&) = delete;
-  ServingLease& operator=(const ServingLease&) = delete;
+  ~ServingLease() override;
 
-  // Starts the keeper thread: acquire, then renew.
-  void Start();
+  // Start(), ValidAt(now) (serving is allowed at `now`, the keeper's clock,
+  // only if the lease is held and now < valid_until), valid_until() and
+  // Step(): see etcd::LeaseKeeper.
+
   // Ends the keeper thread (after the store call in flight, bounded by
   // LeaseCallTimeout), then with kRevoke revokes the lease if it was ever
   // taken. Call only once serving has ended. Returns the revoke's outcome.
   absl::Status Stop(StopMode mode);
 
-  // Any thread. Serving is allowed at `now` (the keeper's clock) only if the
-  // lease is held and now < valid_until.
-  bool ValidAt(base::TimePoint now) const;
-  // Unset while not held.
-  std::optional<base::TimePoint> valid_until() const;
   const ServingLeaseOptions& options() const { return options_; }
 
-  // One step of the keeper: does what is due at the clock's now (one store
-  // call at most) and returns when the next step is due (TimePoint::max()
-  // once lost). The keeper thread loops on it; tests call it on a fake clock.
-  base::TimePoint Step();
-
  private:
-  enum class Phase { kAcquiring, kWaitingForRelease, kHeld, kLost, kStopped };
-
+  base::TimePoint StepTaking(base::TimePoint now) override;
+  absl::StatusOr<etcd::LeaseRenewal> KeepAlive(base::TimePoint deadline) override;
+  void OnLost(const std::string& why) override;
   base::TimePoint StepAcquire(base::TimePoint now);
   base::TimePoint StepWaitForRelease(base::TimePoint now);
-  base::TimePoint StepRenew(base::TimePoint now);
-  // Records the loss and tells the hook (outside the lock); TimePoint::max().
-  base::TimePoint Lose(std::string why);
-  void ThreadMain();
 
   LeaseBackend& backend_;
-  const base::TimeSource& clock_;
   const ServingLeaseOptions options_;
   const Hooks hooks_;
 
-  mutable absl::Mutex mu_;
-  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kAcquiring;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool ever_taken_ ABSL_GUARDED_BY(mu_) = false;
-  // Set while held (phase kHeld).
-  std::optional<etcd::LeaseValidity> held_ ABSL_GUARDED_BY(mu_);
   // Step state: only the stepping thread (the keeper's, or a test's) touches
   // these, but under mu_ all the same so no annotation needs an exception.
+  bool waiting_for_release_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<base::TimePoint> acquire_deadline_ ABSL_GUARDED_BY(mu_);
   base::TimePoint not_before_ ABSL_GUARDED_BY(mu_){};
   std::string last_error_ ABSL_GUARDED_BY(mu_);
-
-  std::thread thread_;  // started by Start(); joined by Stop()
 };
 
 }  // namespace sharemgr

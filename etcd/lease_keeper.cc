@@ -1,0 +1,151 @@
+#include "etcd/lease_keeper.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+#include "absl/time/time.h"
+#include "base/fmt_absl.h"
+
+namespace etcd {
+namespace {
+
+using base::Duration;
+using base::TimePoint;
+
+Duration Left(TimePoint from, TimePoint until) {
+  return std::chrono::duration_cast<Duration>(until - from);
+}
+
+}  // namespace
+
+LeaseKeeper::LeaseKeeper(const base::TimeSource& clock, Duration ttl, std::string kind,
+                         std::string whose)
+    : clock_(clock), ttl_(ttl), kind_(std::move(kind)), whose_(std::move(whose)) {}
+
+LeaseKeeper::~LeaseKeeper() {
+  // A thread still running would call a subclass already destroyed.
+  if (thread_.joinable()) {
+    spdlog::critical("{} {}: keeper destroyed with its thread running", kind_, whose_);
+    std::abort();
+  }
+}
+
+void LeaseKeeper::Start() {
+  thread_ = std::thread([this] { ThreadMain(); });
+}
+
+void LeaseKeeper::ThreadMain() {
+  for (;;) {
+    const TimePoint next = Step();
+    absl::MutexLock lock(&mu_);
+    // Lost is final: nothing is left to do until EndThread joins.
+    if (stopping_ || next == kNever) return;
+    const Duration wait = Left(clock_.Now(), next);
+    if (wait > Duration::zero()) {
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(wait));
+    }
+    if (stopping_) return;
+  }
+}
+
+bool LeaseKeeper::EndThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kStopped) return false;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  phase_ = Phase::kStopped;
+  held_.reset();
+  return ever_held_;
+}
+
+bool LeaseKeeper::ValidAt(TimePoint now) const {
+  absl::MutexLock lock(&mu_);
+  return phase_ == Phase::kHeld && held_ && now < held_->valid_until();
+}
+
+std::optional<TimePoint> LeaseKeeper::valid_until() const {
+  absl::MutexLock lock(&mu_);
+  if (phase_ != Phase::kHeld || !held_) return std::nullopt;
+  return held_->valid_until();
+}
+
+TimePoint LeaseKeeper::Step() {
+  const TimePoint now = clock_.Now();
+  Phase phase;
+  {
+    absl::MutexLock lock(&mu_);
+    phase = phase_;
+  }
+  switch (phase) {
+    case Phase::kTaking:
+      return StepTaking(now);
+    case Phase::kHeld:
+      return StepRenew(now);
+    case Phase::kLost:
+    case Phase::kStopped:
+      break;
+  }
+  return kNever;
+}
+
+std::optional<TimePoint> LeaseKeeper::Held(TimePoint sent, int64_t granted_ttl_seconds) {
+  absl::MutexLock lock(&mu_);
+  phase_ = Phase::kHeld;
+  ever_held_ = true;
+  held_.emplace(ttl_);
+  held_->Taken(sent, granted_ttl_seconds);
+  if (stopping_) return std::nullopt;
+  return held_->NextStep();
+}
+
+TimePoint LeaseKeeper::Lose(std::string why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kLost || phase_ == Phase::kStopped) return kNever;
+    phase_ = Phase::kLost;
+    held_.reset();
+  }
+  spdlog::error("{} {}: {}", kind_, whose_, why);
+  OnLost(why);
+  return kNever;
+}
+
+TimePoint LeaseKeeper::StepRenew(TimePoint now) {
+  TimePoint deadline;
+  std::optional<std::string> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_) return kNever;
+    lost = held_->Ended(now);
+    if (!lost && !held_->RenewalDue(now)) return held_->NextStep();
+    deadline = held_->KeepAliveDeadline(now);
+  }
+  if (lost) return Lose(*std::move(lost));
+  auto renewal = KeepAlive(deadline);
+  const TimePoint after = clock_.Now();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_) return kNever;  // stopped meanwhile
+    if (!renewal.ok()) {
+      spdlog::warn("renewing the {} {} (valid {} more): {}", kind_, whose_,
+                   base::FormatDuration(Left(after, held_->valid_until())),
+                   renewal.status().message());
+      held_->RenewalFailed(after, std::string(renewal.status().message()));
+      return held_->NextStep();
+    }
+    lost = held_->Renewed(now, after, *renewal);
+    if (!lost) {
+      spdlog::debug("{} renewed (answered in {}); valid {} more", kind_,
+                    base::FormatDuration(Left(now, after)),
+                    base::FormatDuration(Left(after, held_->valid_until())));
+      return held_->NextStep();
+    }
+  }
+  return Lose(*std::move(lost));
+}
+
+}  // namespace etcd
