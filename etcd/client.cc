@@ -214,6 +214,48 @@ absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& 
   }
 }
 
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> GrantLease(EtcdClient& client,
+                                                            int64_t ttl_seconds) {
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(ttl_seconds);
+  auto granted = client.LeaseGrant(grant);
+  if (granted.ok() && !granted->error().empty()) {
+    return absl::UnavailableError(absl::StrCat("etcd LeaseGrant: ", granted->error()));
+  }
+  return granted;
+}
+
+void SetPut(etcdserverpb::RequestOp& op, const std::string& key, const std::string& value,
+            int64_t lease) {
+  auto& put = *op.mutable_request_put();
+  put.set_key(key);
+  put.set_value(value);
+  if (lease != 0) put.set_lease(lease);
+}
+
+etcdserverpb::Compare CreateRevisionIs(const std::string& key, int64_t revision) {
+  etcdserverpb::Compare compare;
+  compare.set_key(key);
+  compare.set_target(etcdserverpb::Compare::CREATE);
+  compare.set_result(etcdserverpb::Compare::EQUAL);
+  compare.set_create_revision(revision);
+  return compare;
+}
+
+void RevokeUnusedLease(EtcdClient& client, int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(lease);
+  if (auto s = client.LeaseRevoke(revoke); !s.ok()) {
+    spdlog::debug("revoking unused etcd lease {:x}: {}", lease, s.status().ToString());
+  }
+}
+
+std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock,
+                                                   base::TimePoint deadline) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - clock.Now());
+}
+
 absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
                                     std::chrono::system_clock::time_point deadline) {
   etcdserverpb::RangeRequest get;

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "base/tls.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
@@ -132,6 +133,28 @@ struct PrefixListing {
 };
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
                                          bool keys_only, int64_t page_size = 500);
+
+// A lease of `ttl_seconds` (etcd may round a short one up: see its ttl()).
+// An error etcd states in the answer is UNAVAILABLE.
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> GrantLease(EtcdClient& client,
+                                                            int64_t ttl_seconds);
+
+// Makes `op` a Put of `key` = `value` attached to `lease` (0: none).
+void SetPut(etcdserverpb::RequestOp& op, const std::string& key, const std::string& value,
+            int64_t lease = 0);
+
+// A Txn compare: `key`'s create_revision is `revision` (0: the key is
+// absent).
+etcdserverpb::Compare CreateRevisionIs(const std::string& key, int64_t revision);
+
+// Revokes a lease granted for an attempt that took nothing with it. Best
+// effort: unrevoked, it expires with its TTL, holding no key.
+void RevokeUnusedLease(EtcdClient& client, int64_t lease);
+
+// A deadline on `clock` (a keeper's monotonic clock) as the wall-clock time
+// point gRPC takes.
+std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock,
+                                                   base::TimePoint deadline);
 
 // Waits until `key` is gone: true once it is (or already was), false when
 // `deadline` came first or the watch ended without news (a compacted start

@@ -129,4 +129,15 @@ absl::StatusOr<LeaseRenewal> KeepAliveHoldingKey(LeaseKeepAliveStream& stream, E
   return renewal;
 }
 
+absl::Status RevokeKeptLease(LeaseKeepAliveStream& stream, EtcdClient& client, int64_t* lease) {
+  stream.Close();
+  if (*lease == 0) return absl::OkStatus();
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(*lease);
+  auto revoked = client.LeaseRevoke(revoke);
+  if (!revoked.ok()) return revoked.status();
+  *lease = 0;
+  return absl::OkStatus();
+}
+
 }  // namespace etcd

@@ -71,4 +71,8 @@ absl::StatusOr<LeaseRenewal> KeepAliveHoldingKey(LeaseKeepAliveStream& stream, E
                                                  const std::string& value,
                                                  LeaseKeepAliveStream::Deadline deadline);
 
+// Gives a kept lease up: closes its keep-alive stream, then revokes `*lease`
+// (its keys go with it) and sets it to 0. OK when it is 0 already.
+absl::Status RevokeKeptLease(LeaseKeepAliveStream& stream, EtcdClient& client, int64_t* lease);
+
 }  // namespace etcd

@@ -28,15 +28,6 @@ std::string HolderOf(const std::string& value) {
   return value.size() > 21 ? value.substr(21) : std::string("?");
 }
 
-Compare CreateRevisionIsZero(const std::string& key) {
-  Compare c;
-  c.set_key(key);
-  c.set_target(Compare::CREATE);
-  c.set_result(Compare::EQUAL);
-  c.set_create_revision(0);
-  return c;
-}
-
 Compare ValueLess(const std::string& key, const std::string& value) {
   Compare c;
   c.set_key(key);
@@ -66,11 +57,8 @@ class EtcdLeaseBackend final : public LeaseBackend {
  private:
   // The keeper's monotonic deadline on the wall clock gRPC takes.
   std::chrono::system_clock::time_point WallDeadline(base::TimePoint deadline) const {
-    return std::chrono::system_clock::now() +
-           std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - clock_.Now());
+    return etcd::WallDeadline(clock_, deadline);
   }
-  // Revokes a lease granted for an attempt that did not take the key.
-  void RevokeUnused(int64_t lease);
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
                                 int64_t granted_ttl, bool* try_value_form);
 
@@ -84,50 +72,34 @@ class EtcdLeaseBackend final : public LeaseBackend {
   int64_t lease_ = 0;  // the lease taken, 0 before (keeper thread only)
 };
 
-void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
-  etcdserverpb::LeaseRevokeRequest revoke;
-  revoke.set_id(lease);
-  // Best effort: unrevoked, it expires with its TTL, holding no key.
-  if (auto s = client_->LeaseRevoke(revoke); !s.ok()) {
-    spdlog::debug("revoking unused etcd lease {:x}: {}", lease, s.status().ToString());
-  }
-}
-
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
                                                      base::TimePoint deadline) {
   (void)deadline;  // each call is bounded by the client's call timeout (the same bound)
-  etcdserverpb::LeaseGrantRequest grant;
-  grant.set_ttl(ttl_seconds);
-  auto granted = client_->LeaseGrant(grant);
+  auto granted = etcd::GrantLease(*client_, ttl_seconds);
   if (!granted.ok()) return granted.status();
-  if (!granted->error().empty()) return absl::UnavailableError(granted->error());
   const int64_t lease = granted->id();
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
   // one for "the recorded epoch is lower" (a VALUE compare on a missing key
   // is false).
   for (const bool value_form : {false, true}) {
     etcdserverpb::TxnRequest txn;
-    *txn.add_compare() = CreateRevisionIsZero(lease_key_);
-    *txn.add_compare() =
-        value_form ? ValueLess(epoch_key_, PaddedEpoch(epoch_)) : CreateRevisionIsZero(epoch_key_);
-    auto* put_epoch = txn.add_success()->mutable_request_put();
-    put_epoch->set_key(epoch_key_);
-    put_epoch->set_value(PaddedEpoch(epoch_));
-    auto* put_lease = txn.add_success()->mutable_request_put();
-    put_lease->set_key(lease_key_);
-    put_lease->set_value(value_);
-    put_lease->set_lease(lease);
+    *txn.add_compare() = etcd::CreateRevisionIs(lease_key_, 0);
+    *txn.add_compare() = value_form ? ValueLess(epoch_key_, PaddedEpoch(epoch_))
+                                    : etcd::CreateRevisionIs(epoch_key_, 0);
+    etcd::SetPut(*txn.add_success(), epoch_key_, PaddedEpoch(epoch_));
+    etcd::SetPut(*txn.add_success(), lease_key_, value_, lease);
     txn.add_failure()->mutable_request_range()->set_key(lease_key_);
     txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
     auto response = client_->Txn(txn);
     if (!response.ok()) {
-      RevokeUnused(lease);
+      etcd::RevokeUnusedLease(*client_, lease);
       return response.status();
     }
     bool try_value_form = false;
     auto attempt = Judge(*response, lease, granted->ttl(), &try_value_form);
     if (try_value_form && !value_form) continue;
-    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) RevokeUnused(lease);
+    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken)
+      etcd::RevokeUnusedLease(*client_, lease);
     return attempt;
   }
   return absl::InternalError("unreachable");
@@ -189,14 +161,7 @@ absl::StatusOr<Renewal> EtcdLeaseBackend::KeepAlive(base::TimePoint deadline) {
 
 absl::Status EtcdLeaseBackend::Revoke(base::TimePoint deadline) {
   (void)deadline;  // bounded by the client's call timeout
-  keep_alive_.Close();
-  if (lease_ == 0) return absl::OkStatus();
-  etcdserverpb::LeaseRevokeRequest revoke;
-  revoke.set_id(lease_);
-  auto revoked = client_->LeaseRevoke(revoke);
-  if (!revoked.ok()) return revoked.status();
-  lease_ = 0;
-  return absl::OkStatus();
+  return etcd::RevokeKeptLease(keep_alive_, *client_, &lease_);
 }
 
 }  // namespace
