@@ -62,7 +62,10 @@ TimePoint LeaderElection::StepCampaign(TimePoint now) {
       backend_.TryLead(etcd::TtlSeconds(options_.ttl), now + etcd::LeaseCallTimeout(options_.ttl));
   const TimePoint after = clock_.Now();
   if (!campaign.ok()) {
-    spdlog::warn("campaigning for leadership: {}", campaign.status().message());
+    if (const auto held_back = failure_log_.Admit()) {
+      spdlog::warn("campaigning for leadership: {}{}", campaign.status().message(),
+                   base::LogLimiter::HeldBack(*held_back));
+    }
     absl::MutexLock lock(&mu_);
     not_before_ = after + etcd::LeaseRetryPause(options_.ttl);
     return not_before_;
@@ -97,7 +100,10 @@ TimePoint LeaderElection::StepFollow(TimePoint now) {
   auto vacant = backend_.WaitVacant(now + etcd::LeaseCallTimeout(options_.ttl));
   const TimePoint after = clock_.Now();
   if (!vacant.ok()) {
-    spdlog::warn("watching the leader: {}", vacant.status().message());
+    if (const auto held_back = failure_log_.Admit()) {
+      spdlog::warn("watching the leader: {}{}", vacant.status().message(),
+                   base::LogLimiter::HeldBack(*held_back));
+    }
     return after + etcd::LeaseRetryPause(options_.ttl);
   }
   if (!*vacant) return after;  // the next slice at once

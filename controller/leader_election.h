@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/log_limiter.h"
 #include "etcd/lease_keeper.h"
 #include "etcd/lease_validity.h"
 
@@ -114,6 +115,9 @@ class LeaderElection final : public etcd::LeaseKeeper {
   bool following_ ABSL_GUARDED_BY(mu_) = false;
   base::TimePoint not_before_ ABSL_GUARDED_BY(mu_){};
   std::string leader_seen_ ABSL_GUARDED_BY(mu_);  // logged once per change
+  // A follower retries every TTL/20 while etcd is out of reach: one line
+  // every 10 s says so.
+  base::LogLimiter failure_log_{base::Duration(10'000)};
 };
 
 }  // namespace controller
