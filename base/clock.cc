@@ -1,6 +1,7 @@
 #include "base/clock.h"
 
 #include <fmt/format.h>
+#include <time.h>
 
 #include <charconv>
 #include <cmath>
@@ -12,6 +13,17 @@ namespace base {
 
 const TimeSource& SteadyClock() {
   static const SteadyTimeSource clock;
+  return clock;
+}
+
+TimePoint BootTimeSource::Now() const {
+  timespec ts{};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  return TimePoint(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+const TimeSource& BootClock() {
+  static const BootTimeSource clock;
   return clock;
 }
 

@@ -28,6 +28,18 @@ class SteadyTimeSource final : public TimeSource {
 // that tests can drive it.
 const TimeSource& SteadyClock();
 
+// CLOCK_BOOTTIME as a TimePoint: monotonic like the steady clock
+// (CLOCK_MONOTONIC), but it keeps counting while the machine is suspended.
+// For deadlines that run in real time whatever the machine does, such as the
+// serving lease: etcd's clock does not stop while this machine sleeps, so a
+// lease that ran out during a suspend must be over on wake-up. Its points are
+// comparable only with its own (not with SteadyClock's).
+class BootTimeSource final : public TimeSource {
+ public:
+  TimePoint Now() const override;
+};
+const TimeSource& BootClock();
+
 // Formats a duration for logs and errors, e.g. "250ms", "3.5s", "10m0s".
 std::string FormatDuration(Duration d);
 

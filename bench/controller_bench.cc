@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/abort_run.h"
+#include "bench/reconcile_passes.h"
 #include "bench/series.h"
 #include "controller/controller.h"
 #include "controller/grpc_share_connector.h"
@@ -42,46 +43,14 @@ using std::chrono::milliseconds;
 
 using bench::Series;
 
-// `n` shares to serve, each named after its volume: <prefix>0, <prefix>1, ...
-std::vector<std::string> CreateShares(controller::Store& store, const std::string& prefix, int n) {
-  std::vector<std::string> names;
-  for (int i = 0; i < n; ++i) {
-    pb::ShareRecord r;
-    r.set_name(prefix + std::to_string(i));
-    r.mutable_spec()->set_volume(r.name());
-    r.mutable_spec()->set_serve(true);
-    bench::ValueOrAbort(store.Create(r), "store Create");
-    names.push_back(r.name());
-  }
-  return names;
-}
-
 void PassesPerSecond(const std::vector<int>& sizes, double seconds) {
   std::cout << "\n### Reconcile passes per second (one thread, steady state)\n\n"
             << "| shares | passes | passes/s | µs/pass |\n|---|---|---|---|\n";
   for (int n : sizes) {
     controller::MemoryStore store;
-    controller::SimulatedCluster cluster;
-    controller::FakeWallClock clock;
-    controller::Reconciler reconciler(store, cluster, cluster, clock, clock);
-    const auto names = CreateShares(store, "vol-", n);
-    for (int round = 0; round < 3; ++round) {  // create pods, observe them serving
-      for (const auto& name : names) reconciler.Reconcile(name);
-    }
-    uint64_t passes = 0;
-    const auto start = Clock::now();
-    const auto end =
-        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-    while (Clock::now() < end) {
-      for (size_t i = 0; i < names.size() && (i % 64 != 0 || Clock::now() < end); ++i) {
-        reconciler.Reconcile(names[i]);
-        ++passes;
-      }
-    }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    std::cout << absl::StrFormat("| %d | %d | %.0f | %.2f |\n", n, passes,
-                                 static_cast<double>(passes) / elapsed,
-                                 elapsed * 1e6 / static_cast<double>(passes));
+    const auto rate = bench::MeasurePasses(store, n, seconds);
+    std::cout << absl::StrFormat("| %d | %d | %.0f | %.2f |\n", n, rate.passes, rate.per_second(),
+                                 rate.seconds * 1e6 / static_cast<double>(rate.passes));
     std::cout.flush();
   }
 }
@@ -319,7 +288,7 @@ void LivePods(int pods, const std::vector<int>& thread_counts, double seconds,
   controller::SystemWallClock wall;
   controller::SteadyMonotonicClock mono;
   controller::Reconciler reconciler(store, *runtime, connector, wall, mono);
-  const auto names = CreateShares(store, "live-", pods);
+  const auto names = bench::CreateShares(store, "live-", pods);
   auto running = [&] {
     return static_cast<int>(std::count_if(names.begin(), names.end(), [&](const auto& name) {
       return bench::ValueOrAbort(store.Get(name), "store Get").status().phase() == pb::RUNNING;

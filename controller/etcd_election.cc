@@ -20,7 +20,7 @@ class EtcdElectionBackend final : public ElectionBackend {
 
   absl::StatusOr<Campaign> TryLead(int64_t ttl_seconds, base::TimePoint deadline) override;
   absl::StatusOr<bool> WaitVacant(base::TimePoint deadline) override {
-    return etcd::WaitKeyDeleted(*client_, key_, etcd::WallDeadline(clock_, deadline));
+    return etcd::WaitHolderGone(*client_, key_, &leader_lease_, clock_, deadline);
   }
   absl::StatusOr<etcd::LeaseRenewal> KeepAlive(base::TimePoint deadline) override {
     return etcd::KeepAliveHoldingKey(keep_alive_, *client_, lease_, key_, id_,
@@ -36,14 +36,22 @@ class EtcdElectionBackend final : public ElectionBackend {
   const std::string key_, id_;
   etcd::LeaseKeepAliveStream keep_alive_;
   int64_t lease_ = 0;  // the lease won with, 0 before (keeper thread only)
+  // The leader's lease a follower waits out (etcd::WaitHolderGone: the key
+  // deleted by hand is not enough; keeper thread only).
+  int64_t leader_lease_ = 0;
 };
 
 absl::StatusOr<Campaign> EtcdElectionBackend::TryLead(int64_t ttl_seconds,
                                                       base::TimePoint deadline) {
-  (void)deadline;  // each call is bounded by the client's call timeout (the same bound)
+  // Each call is bounded by the client's call timeout (per member tried); no
+  // new call starts past `deadline`.
   auto granted = etcd::GrantLease(*client_, ttl_seconds);
   if (!granted.ok()) return granted.status();
   const int64_t lease = granted->id();
+  if (auto late = etcd::DeadlineLeft(clock_, deadline, "campaigning"); !late.ok()) {
+    etcd::RevokeUnusedLease(*client_, lease);  // it holds no key yet
+    return late;
+  }
   etcdserverpb::TxnRequest txn;
   *txn.add_compare() = etcd::CreateRevisionIs(key_, 0);
   etcd::SetPut(*txn.add_success(), key_, id_, lease);
@@ -64,7 +72,9 @@ absl::StatusOr<Campaign> EtcdElectionBackend::TryLead(int64_t ttl_seconds,
   }
   etcd::RevokeUnusedLease(*client_, lease);
   // Gone again since the compare: the follower finds it vacant at once.
-  return Campaign{.won = false, .leader = read.kvs().empty() ? "" : read.kvs(0).value()};
+  if (read.kvs().empty()) return Campaign{.won = false};
+  leader_lease_ = read.kvs(0).lease();
+  return Campaign{.won = false, .leader = read.kvs(0).value()};
 }
 
 absl::Status EtcdElectionBackend::Resign(base::TimePoint deadline) {

@@ -86,8 +86,8 @@ TimePoint LeaderElection::StepCampaign(TimePoint now) {
   }
   // The lease was granted after `now`: it lasts at least until now + TTL on
   // etcd's clock.
-  const std::optional<TimePoint> next = Held(now, campaign->granted_ttl_seconds);
-  if (!next) return kNever;  // stopping: nobody is left to act
+  const std::optional<TimePoint> next = Held(now, after, campaign->granted_ttl_seconds);
+  if (!next) return kNever;  // stopping (nobody is left to act), or won too late (deposed)
   spdlog::info("elected leader {} (fencing token {}; TTL {}, renewed every {})", options_.id,
                campaign->token, base::FormatDuration(options_.ttl),
                base::FormatDuration(etcd::LeaseRenewInterval(options_.ttl)));

@@ -70,7 +70,8 @@ class LeaderElection final : public etcd::LeaseKeeper {
     // Leading now, with the fencing token. Keeper thread, at most once.
     std::function<void(int64_t token)> elected;
     // Leadership lost, for good: stop acting at once. Keeper thread, at most
-    // once, only after `elected`.
+    // once: after `elected`, or instead of it when a won campaign was
+    // confirmed only after the validity it gave had ended (never acted on).
     std::function<void(const std::string& why)> deposed;
   };
   enum class StopMode {

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -91,7 +94,11 @@ std::shared_ptr<const EtcdClient::Member> EtcdClient::Connect(const std::string&
   options_.security.Apply(args);
   auto member = std::make_shared<Member>();
   member->endpoint = endpoint;
-  member->channel = grpc::CreateCustomChannel(endpoint, options_.security.credentials(), args);
+  member->channel =
+      options_.interceptors
+          ? grpc::experimental::CreateCustomChannelWithInterceptors(
+                endpoint, options_.security.credentials(), args, options_.interceptors())
+          : grpc::CreateCustomChannel(endpoint, options_.security.credentials(), args);
   member->kv = etcdserverpb::KV::NewStub(member->channel);
   member->watch = etcdserverpb::Watch::NewStub(member->channel);
   member->lease = etcdserverpb::Lease::NewStub(member->channel);
@@ -256,22 +263,60 @@ std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock
          std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - clock.Now());
 }
 
-absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
-                                    std::chrono::system_clock::time_point deadline) {
+absl::Status DeadlineLeft(const base::TimeSource& clock, base::TimePoint deadline,
+                          absl::string_view what) {
+  if (clock.Now() < deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(what, " ran out of time"));
+}
+
+namespace {
+
+// After the key is gone: true once *holder_lease is gone too; false (after
+// waiting up to `deadline`) while it lives.
+absl::StatusOr<bool> HolderLeaseGone(EtcdClient& client, const std::string& key,
+                                     int64_t* holder_lease, const base::TimeSource& clock,
+                                     base::TimePoint deadline) {
+  if (*holder_lease == 0) return true;
+  etcdserverpb::LeaseTimeToLiveRequest ask;
+  ask.set_id(*holder_lease);
+  auto ttl = client.LeaseTimeToLive(ask);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->ttl() <= 0) {
+    *holder_lease = 0;
+    return true;
+  }
+  spdlog::warn(
+      "{} deleted while its holder's etcd lease {:x} lives ({} s left): waiting for the lease, "
+      "not the key",
+      key, *holder_lease, ttl->ttl());
+  // Asked again in the next slice: a revoke ends the wait early.
+  const auto slice =
+      std::min<base::Duration>(std::chrono::seconds(ttl->ttl()),
+                               std::chrono::duration_cast<base::Duration>(deadline - clock.Now()));
+  if (slice > base::Duration::zero()) std::this_thread::sleep_for(slice);
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> WaitHolderGone(EtcdClient& client, const std::string& key,
+                                    int64_t* holder_lease, const base::TimeSource& clock,
+                                    base::TimePoint deadline) {
   etcdserverpb::RangeRequest get;
   get.set_key(key);
-  get.set_keys_only(true);
   auto now = client.Range(get);
   if (!now.ok()) return now.status();
-  if (now->kvs().empty()) return true;
+  if (now->kvs().empty()) return HolderLeaseGone(client, key, holder_lease, clock, deadline);
+  *holder_lease = now->kvs(0).lease();  // the holder now (another may have taken over)
+  const auto wall_deadline = WallDeadline(clock, deadline);
   const EtcdClient::InUse member = client.Current();
-  if (!member.member->channel->WaitForConnected(deadline)) {
+  if (!member.member->channel->WaitForConnected(wall_deadline)) {
     client.Failed(member.index);
     return false;  // the next call tries the next member
   }
   grpc::ClientContext context;
   context.AddMetadata(kRequireLeaderKey, kRequireLeaderValue);
-  context.set_deadline(deadline);
+  context.set_deadline(wall_deadline);
   auto stream = member.member->watch->Watch(&context);
   etcdserverpb::WatchRequest watch;
   auto* create = watch.mutable_create_request();
@@ -290,7 +335,7 @@ absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
   }
   context.TryCancel();
   const grpc::Status status = stream->Finish();
-  if (deleted) return true;
+  if (deleted) return HolderLeaseGone(client, key, holder_lease, clock, deadline);
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
     return false;

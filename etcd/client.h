@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ struct EtcdOptions {
   std::chrono::milliseconds backoff_max{5000};
   // Mutual TLS to the members (https client URLs); plaintext when not enabled.
   base::ClientSecurity security;
+  // Interceptors on every member's channel (fresh ones per channel): tests
+  // lose or delay etcd's answers with them. None in production.
+  std::function<
+      std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>()>
+      interceptors;
 };
 
 // "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]": the endpoints, and the key
@@ -156,13 +162,25 @@ void RevokeUnusedLease(EtcdClient& client, int64_t lease);
 std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock,
                                                    base::TimePoint deadline);
 
-// Waits until `key` is gone: true once it is (or already was), false when
-// `deadline` came first or the watch ended without news (a compacted start
-// revision: the next call reads again). A read, then a Watch from just past
-// it, so no delete between the two is missed. UNAVAILABLE when the member
-// failed (the client moves on to the next one). For a successor waiting out
-// a lease holder (a serving lease, the controller's leadership).
-absl::StatusOr<bool> WaitKeyDeleted(EtcdClient& client, const std::string& key,
-                                    std::chrono::system_clock::time_point deadline);
+// DEADLINE_EXCEEDED ("<what> ran out of time") once `clock` reached
+// `deadline`, else OK: a lease attempt starts no new call past its deadline.
+absl::Status DeadlineLeft(const base::TimeSource& clock, base::TimePoint deadline,
+                          absl::string_view what);
+
+// Waits out the holder of `key`, a key held with an etcd lease: true once the
+// key is gone and so is the lease that held it, false when `deadline` (on
+// `clock`) came first or the watch ended without news (a compacted start
+// revision: the next call reads again). UNAVAILABLE when the member failed
+// (the client moves on to the next one). A read, then a Watch from just past
+// it, so no delete between the two is missed. *holder_lease is the lease
+// last seen holding the key (kept across calls; 0: none known; set by a
+// failed attempt's read too): the key deleted is not enough, since deleted by
+// hand (etcdctl del) its holder acts on until its own renewal notices; only
+// the lease gone (expired or revoked) means the holder has stopped, or stops
+// within its fence margin. For a successor waiting out a lease holder (a
+// serving lease, the controller's leadership).
+absl::StatusOr<bool> WaitHolderGone(EtcdClient& client, const std::string& key,
+                                    int64_t* holder_lease, const base::TimeSource& clock,
+                                    base::TimePoint deadline);
 
 }  // namespace etcd

@@ -92,14 +92,21 @@ TimePoint LeaseKeeper::Step() {
   return kNever;
 }
 
-std::optional<TimePoint> LeaseKeeper::Held(TimePoint sent, int64_t granted_ttl_seconds) {
-  absl::MutexLock lock(&mu_);
-  phase_ = Phase::kHeld;
-  ever_held_ = true;
-  held_.emplace(ttl_);
-  held_->Taken(sent, granted_ttl_seconds);
-  if (stopping_) return std::nullopt;
-  return held_->NextStep();
+std::optional<TimePoint> LeaseKeeper::Held(TimePoint sent, TimePoint answered,
+                                           int64_t granted_ttl_seconds) {
+  std::optional<std::string> late;
+  {
+    absl::MutexLock lock(&mu_);
+    phase_ = Phase::kHeld;
+    ever_held_ = true;  // in etcd, even when confirmed too late: a clean stop gives it up
+    held_.emplace(ttl_);
+    late = held_->Taken(sent, answered, granted_ttl_seconds);
+    if (!late && !stopping_) return held_->NextStep();
+  }
+  // Confirmed so late that its validity is over: acting now could overlap a
+  // replacement etcd let in meanwhile.
+  if (late) Lose(*std::move(late));
+  return std::nullopt;
 }
 
 TimePoint LeaseKeeper::Lose(std::string why) {

@@ -55,11 +55,13 @@ class LeaseKeeper {
   // The lease is lost (or could not be taken): keeper thread, once, outside mu_.
   virtual void OnLost(const std::string& why) = 0;
 
-  // For StepTaking: the lease was taken by a request sent at `sent`. When the
-  // next step is due; nullopt when stopping (nobody is left to use it: tell
-  // no one, return kNever).
-  std::optional<base::TimePoint> Held(base::TimePoint sent, int64_t granted_ttl_seconds)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // For StepTaking: the lease was taken by a request sent at `sent` and
+  // answered at `answered`. When the next step is due; nullopt when there is
+  // nothing to tell (return kNever): stopping (nobody is left to use it), or
+  // the answer came after the validity it gave had ended (lost: OnLost was
+  // called; the lease counts as held once, so a clean stop gives it up).
+  std::optional<base::TimePoint> Held(base::TimePoint sent, base::TimePoint answered,
+                                      int64_t granted_ttl_seconds) ABSL_LOCKS_EXCLUDED(mu_);
   // Records the loss (final), logs it and calls OnLost; kNever.
   base::TimePoint Lose(std::string why) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the thread (after the store call in flight). Whether the lease was

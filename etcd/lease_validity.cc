@@ -39,8 +39,12 @@ void LeaseValidity::ValidFrom(TimePoint sent, int64_t granted_ttl_seconds) {
   last_error_.clear();
 }
 
-void LeaseValidity::Taken(TimePoint sent, int64_t granted_ttl_seconds) {
+std::optional<std::string> LeaseValidity::Taken(TimePoint sent, TimePoint answered,
+                                                int64_t granted_ttl_seconds) {
   ValidFrom(sent, granted_ttl_seconds);
+  if (answered < valid_until_) return std::nullopt;
+  return absl::StrCat("taken, but confirmed only after its validity ended (",
+                      base::FormatDuration(Between(sent, answered)), " after it was asked for)");
 }
 
 TimePoint LeaseValidity::NextStep() const { return std::min(next_renewal_, valid_until_); }

@@ -8,8 +8,8 @@
 //                 + min(TTL, TTL etcd granted) - fence margin
 //
 // A renewal answered TTL <= 0 (etcd let the lease expire), or one that finds
-// the lease's key gone or someone else's, ends it at once; so does a renewal
-// confirmed only after valid_until.
+// the lease's key gone or someone else's, ends it at once; so does a grant or
+// renewal confirmed only after valid_until (never acted on).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,11 @@ int64_t TtlSeconds(base::Duration ttl);
 // The derived timings, from the TTL.
 base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)
 base::Duration LeaseRenewInterval(base::Duration ttl);  // TTL/3
-// The bound of one call to etcd (a renewal, an attempt, a revoke, a slice of
-// waiting): a hung member costs this much before the next one is tried, and
-// stopping waits at most this for the call in flight.
+// The bound of one call to one etcd member (a renewal, a step of an attempt,
+// a revoke, a slice of waiting): a hung member costs this much before the
+// next one is tried. Stopping waits for the call in flight, up to this per
+// member it tries. Acting never depends on a call returning: the holder stops
+// on its own timer at valid_until.
 base::Duration LeaseCallTimeout(base::Duration ttl);  // TTL/6, within [250ms, 2s]
 // The pause before a failed call is tried again.
 base::Duration LeaseRetryPause(base::Duration ttl);  // TTL/20, within [50ms, 500ms]
@@ -53,8 +55,12 @@ class LeaseValidity {
  public:
   explicit LeaseValidity(base::Duration ttl) : ttl_(ttl) {}
 
-  // The lease was granted (or taken) by a request sent at `sent`.
-  void Taken(base::TimePoint sent, int64_t granted_ttl_seconds);
+  // The lease was granted (or taken) by a request sent at `sent` and answered
+  // at `answered`: nullopt when it may be counted on, else why it is lost (the
+  // answer came after the validity it gave had ended: a replacement may have
+  // been let in meanwhile).
+  std::optional<std::string> Taken(base::TimePoint sent, base::TimePoint answered,
+                                   int64_t granted_ttl_seconds);
 
   base::TimePoint valid_until() const { return valid_until_; }
   // When the keeper is due next: the next renewal, or the end of validity.

@@ -10,8 +10,11 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -90,10 +93,21 @@ uint16_t BoundPort(int fd) {
 
 constexpr base::Duration kLogPeriod{30'000};
 
-// At most max_connections evictions within this.
-constexpr base::Duration kEvictionWindow{1000};
+// While gRPC still holds ended connections' descriptors, the listener looks
+// again this often whether it has closed them (nothing wakes it when it does).
+constexpr base::Duration kClosedCheckPeriod{50};
+
+constexpr char kPollStrategyVariable[] = "GRPC_POLL_STRATEGY";
 
 }  // namespace
+
+std::string PinGrpcPollStrategy() {
+  if (const char* set = std::getenv(kPollStrategyVariable); set != nullptr && *set != '\0') {
+    return set;
+  }
+  setenv(kPollStrategyVariable, "epoll1", /*overwrite=*/1);
+  return "epoll1";
+}
 
 absl::StatusOr<std::unique_ptr<CappedListener>> CappedListener::Bind(
     const std::string& host_port, CappedListenerOptions options) {
@@ -114,7 +128,8 @@ CappedListener::CappedListener(base::UniqueFd listen_fd, base::UniqueFd wake_fd,
       options_(options),
       clock_(options.clock ? *options.clock : base::SteadyClock()),
       shortage_log_(kLogPeriod),
-      eviction_log_(kLogPeriod) {}
+      eviction_log_(kLogPeriod),
+      refusal_log_(kLogPeriod) {}
 
 CappedListener::~CappedListener() { Stop(); }
 
@@ -138,6 +153,7 @@ CappedListener::Counts CappedListener::counts() const {
 void CappedListener::Publish() {
   absl::MutexLock lock(&mu_);
   counts_ = {.open = connections_.size(),
+             .closing = closing_.size(),
              .evicted = evicted_,
              .refused = refused_,
              .shortages = shortages_};
@@ -153,28 +169,66 @@ void CappedListener::Shortage(const std::string& what) {
   }
 }
 
+void CappedListener::Refuse(const PeerAddress& peer, const std::string& why) {
+  ++refused_;
+  if (auto held_back = refusal_log_.Admit()) {
+    spdlog::warn("health port: refused a connection from {}: {}{}", peer.ToString(), why,
+                 base::LogLimiter::HeldBack(*held_back));
+  }
+}
+
+void CappedListener::ForgetClosed() {
+  // gRPC has closed its descriptor when that number is closed or names
+  // another file now: the duplicate keeps the socket, so no new socket can
+  // have its inode meanwhile.
+  auto closed = [](const Connection& connection) {
+    struct stat st {};
+    return fstat(connection.served_fd, &st) != 0 || st.st_dev != connection.device ||
+           st.st_ino != connection.inode;
+  };
+  std::erase_if(closing_, closed);
+  // Closed without a shutdown() first (a poller other than epoll1, see
+  // PinGrpcPollStrategy): the duplicate alone keeps the connection up; it ends here.
+  std::erase_if(connections_, [&](const Connection& connection) {
+    if (!closed(connection)) return false;
+    shutdown(connection.watch.get(), SHUT_RDWR);
+    return true;
+  });
+}
+
 void CappedListener::Run(grpc::Server* server) {
   std::vector<pollfd> fds;
   for (;;) {
+    ForgetClosed();
+    Publish();
     const auto now = base::Clock::now();
     const bool waiting = now < retry_at_;
     fds.clear();
     fds.push_back({wake_fd_.get(), POLLIN, 0});
     // A negative descriptor is skipped by poll: nothing is accepted until the retry.
     fds.push_back({waiting ? -1 : listen_fd_.get(), POLLIN, 0});
-    for (const auto& connection : connections_) fds.push_back({connection.get(), POLLRDHUP, 0});
-    const int timeout =
-        waiting ? static_cast<int>(std::chrono::ceil<base::Duration>(retry_at_ - now).count()) : -1;
+    for (const auto& connection : connections_) {
+      fds.push_back({connection.watch.get(), POLLRDHUP, 0});
+    }
+    std::optional<base::Duration> wake_in;
+    if (waiting) wake_in = std::chrono::ceil<base::Duration>(retry_at_ - now);
+    if (!closing_.empty())
+      wake_in = std::min(wake_in.value_or(kClosedCheckPeriod), kClosedCheckPeriod);
+    const int timeout = wake_in ? static_cast<int>(wake_in->count()) : -1;
     if (poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno != EINTR) Shortage(absl::StrCat("poll: ", std::strerror(errno)));
       continue;
     }
     if (fds[0].revents != 0) return;  // Stop
     // Ended connections (the peer hung up, or gRPC shut the socket down):
-    // their duplicates go.
-    std::deque<base::UniqueFd> open;
+    // counted as closing until gRPC has closed its descriptor.
+    std::deque<Connection> open;
     for (size_t i = 0; i < connections_.size(); ++i) {
-      if (fds[i + 2].revents == 0) open.push_back(std::move(connections_[i]));
+      if (fds[i + 2].revents == 0) {
+        open.push_back(std::move(connections_[i]));
+      } else {
+        closing_.push_back(std::move(connections_[i]));
+      }
     }
     connections_ = std::move(open);
     if ((fds[1].revents & POLLIN) != 0) {
@@ -183,13 +237,50 @@ void CappedListener::Run(grpc::Server* server) {
       for (size_t i = 0; i < options_.max_connections && AcceptOne(server); ++i) {
       }
     }
-    Publish();
   }
 }
 
+bool CappedListener::MakeRoom(const PeerAddress& peer) {
+  const size_t ceiling = options_.max_connections * CappedListenerOptions::kCeilingFactor;
+  if (connections_.size() + closing_.size() >= ceiling) {
+    ForgetClosed();  // what gRPC closed since this round began
+    if (connections_.size() + closing_.size() >= ceiling) {
+      Refuse(peer, absl::StrCat(connections_.size(), " connections open and ", closing_.size(),
+                                " ended ones not yet closed by gRPC (the ceiling: ", ceiling, ")"));
+      return false;
+    }
+  }
+  if (connections_.size() < options_.max_connections) return true;
+  std::vector<OpenConnection> slots;
+  slots.reserve(connections_.size());
+  for (const auto& connection : connections_) slots.push_back(connection.slot);
+  const auto victim = SlotForNewcomer(slots, peer, clock_.Now(), options_.replace_after);
+  if (!victim) {
+    Refuse(peer, absl::StrCat(options_.max_connections, " connections open (the cap), ",
+                              "its address holds as many as any and none of them has been open ",
+                              base::FormatDuration(options_.replace_after)));
+    return false;
+  }
+  // shutdown() reaches gRPC's descriptor of the same socket, and gRPC closes it.
+  auto evicted = connections_.begin() + static_cast<std::ptrdiff_t>(*victim);
+  shutdown(evicted->watch.get(), SHUT_RDWR);
+  ++evicted_;
+  if (auto held_back = eviction_log_.Admit()) {
+    spdlog::warn(
+        "health port: {} connections open (the cap); closed one from {} for a new one from {}{}",
+        options_.max_connections, evicted->slot.peer.ToString(), peer.ToString(),
+        base::LogLimiter::HeldBack(*held_back));
+  }
+  closing_.push_back(std::move(*evicted));
+  connections_.erase(evicted);
+  return true;
+}
+
 bool CappedListener::AcceptOne(grpc::Server* server) {
-  base::UniqueFd connection(
-      accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  sockaddr_storage address{};
+  socklen_t address_len = sizeof(address);
+  base::UniqueFd connection(accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address),
+                                    &address_len, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (!connection) {
     if (errno == EINTR || errno == ECONNABORTED) return true;  // the next one, if any
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
@@ -197,42 +288,22 @@ bool CappedListener::AcceptOne(grpc::Server* server) {
     Shortage(absl::StrCat("accept4: ", std::strerror(errno)));
     return false;
   }
-  if (connections_.size() >= options_.max_connections) {
-    const auto now = clock_.Now();
-    if (now - eviction_window_ >= kEvictionWindow) {
-      eviction_window_ = now;
-      window_evictions_ = 0;
-    }
-    if (window_evictions_ >= options_.max_connections) {
-      ++refused_;
-      if (auto held_back = eviction_log_.Admit()) {
-        spdlog::warn(
-            "health port: {} connections open and as many closed within a second; "
-            "refusing new ones{}",
-            options_.max_connections, base::LogLimiter::HeldBack(*held_back));
-      }
-      return true;  // `connection` closes here
-    }
-    // The oldest makes room: shutdown() reaches gRPC's descriptor of the same
-    // socket, and gRPC closes it.
-    shutdown(connections_.front().get(), SHUT_RDWR);
-    connections_.pop_front();
-    ++evicted_;
-    ++window_evictions_;
-    if (auto held_back = eviction_log_.Admit()) {
-      spdlog::warn("health port: {} connections open (the cap); closed the oldest for a new one{}",
-                   options_.max_connections, base::LogLimiter::HeldBack(*held_back));
-    }
-  }
-  base::UniqueFd watch(fcntl(connection.get(), F_DUPFD_CLOEXEC, 0));
-  if (!watch) {
+  const auto peer = PeerAddress::From(address);
+  if (!MakeRoom(peer)) return true;  // `connection` closes here
+  Connection served{.slot = {.peer = peer, .accepted = clock_.Now()},
+                    .watch = base::UniqueFd(fcntl(connection.get(), F_DUPFD_CLOEXEC, 0))};
+  struct stat st {};
+  if (!served.watch || fstat(served.watch.get(), &st) != 0) {
     Shortage(absl::StrCat("dup: ", std::strerror(errno)));
     return false;  // the new connection is closed: its client tries again
   }
+  served.device = st.st_dev;
+  served.inode = st.st_ino;
   const int one = 1;
   setsockopt(connection.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  grpc::AddInsecureChannelFromFd(server, connection.release());
-  connections_.push_back(std::move(watch));
+  served.served_fd = connection.release();
+  grpc::AddInsecureChannelFromFd(server, served.served_fd);
+  connections_.push_back(std::move(served));
   return true;
 }
 

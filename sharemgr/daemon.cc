@@ -48,6 +48,12 @@ constexpr int kHealthPortMaxAgeMs = 5 * 60'000;
 constexpr int kHealthPortMaxAgeGraceMs = 10'000;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
+// How often the loop looks for a renewed valid_until to hand to the fencer.
+// A renewal confirmed within this of the old valid_until may reach the
+// fencer too late: ganesha is then killed and restarted (under the lease).
+constexpr base::Duration kLeasePollInterval{100};
+// The fencer gets this long to exit once its channel is closed.
+constexpr base::Duration kFencerStopTime{2000};
 
 v1::ShareState ToProto(State state) {
   switch (state) {
@@ -173,7 +179,7 @@ ShareCommands Daemon::Commands() {
             }
             if (lease_ && s.lease().held()) {
               const auto until = lease_->valid_until();
-              const auto now = clock_.Now();
+              const auto now = lease_clock_.Now();
               s.mutable_lease()->set_valid_for_ms(
                   until && *until > now
                       ? static_cast<uint64_t>(
@@ -378,6 +384,9 @@ void Daemon::OnSupervisorStatus(const supervisor::SupervisorStatus& status) {
 void Daemon::OnVolumePrepared(const absl::Status& status) {
   // Interrupted by a stop: an orderly end, not a volume failure.
   if (owner_->Snapshot().state == VolumeState::kStopping) return;
+  // The lease may have ended while the volume was prepared (or the prepare
+  // was called off for it): fenced, ganesha never started.
+  if (!LeaseAllowsServing()) return;
   if (!status.ok()) {
     spdlog::error("volume: {}", status.message());
     volume_failed_ = true;
@@ -411,9 +420,17 @@ void Daemon::BeginServing() {
     // Signals are handled from here on: a SIGTERM during the device wait or
     // the start-up check stops it cleanly (the check gets SIGTERM, never SIGKILL).
     sup_->Hold("preparing the volume");
-    owner_->Prepare([this](absl::Status status) {
-      loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
-    });
+    owner_->Prepare(
+        [this](absl::Status status) {
+          loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
+        },
+        // Checked again on the device thread, when the prepare is about to
+        // start: nothing of the volume is touched under a lease that ended.
+        [this]() -> absl::Status {
+          if (!lease_ || lease_->ValidAt(lease_clock_.Now())) return absl::OkStatus();
+          return absl::FailedPreconditionError(
+              "the serving lease is no longer valid; the volume is not touched");
+        });
   } else {
     StartGanesha();
   }
@@ -422,9 +439,17 @@ void Daemon::BeginServing() {
 void Daemon::OnLeaseTaken() {
   // Stopped or failed while the lease was being taken: nothing to serve.
   if (lease_lost_ || sup_->outcome() || sup_->status().state != State::kStarting) return;
-  CheckLease();
+  // The keeper's word came through the loop's queue, which may have been
+  // slow (a stalled loop, a blocked log): it may have ended meanwhile.
+  if (!LeaseAllowsServing()) return;
   PublishShare();
   BeginServing();
+}
+
+bool Daemon::LeaseAllowsServing() {
+  if (!lease_) return true;
+  CheckLease();
+  return !lease_lost_ && lease_->ValidAt(lease_clock_.Now());
 }
 
 void Daemon::CheckLease() {
@@ -432,7 +457,7 @@ void Daemon::CheckLease() {
   const auto until = lease_->valid_until();
   // Not held: the keeper lost it, and its hook (posted already) fences with the reason.
   if (!until) return;
-  const auto now = clock_.Now();
+  const auto now = lease_clock_.Now();
   if (now >= *until) {
     FenceLease(absl::StrCat("no renewal confirmed within ",
                             base::FormatDuration(config_.lease->options.ttl -
@@ -440,7 +465,12 @@ void Daemon::CheckLease() {
                             " of the last one sent (TTL minus the fence margin)"));
     return;
   }
-  lease_timer_->Arm(std::chrono::ceil<base::Duration>(*until - now));
+  if (auto told = fencer_->Extend(*until); !told.ok()) {
+    FenceLease(std::string(told.message()));
+    return;
+  }
+  // The keeper moves valid_until at each renewal and tells nobody: polled.
+  lease_timer_->ArmAt(std::min(*until, now + kLeasePollInterval));
 }
 
 void Daemon::FenceLease(const std::string& why) {
@@ -450,8 +480,24 @@ void Daemon::FenceLease(const std::string& why) {
   const std::string reason = absl::StrCat("lease lost: ", why);
   // ganesha first: it must stop answering NFS now, before any file I/O here.
   sup_->Fail(reason, supervisor::Supervisor::StopSignal::kKill);
+  // Then the volume: no operation on it any more (a running check is asked
+  // to stop), no more repairs, and unmounted as soon as ganesha is gone, not
+  // after the linger. (Dirty pages the kernel still writes back are beyond
+  // this process: storage-level fencing covers them, see README.)
+  if (monitor_) monitor_->Stop();
+  if (owner_) owner_->Fence(reason);
   share_.Fence(reason);
   PublishShare();
+}
+
+void Daemon::ArmFencer(const supervisor::ChildProcess& ganesha) {
+  // valid_until was checked by the spawn gate a moment ago; unset now, the
+  // fencer kills at once.
+  auto armed = fencer_->Arm(ganesha, lease_->valid_until().value_or(base::TimePoint{}));
+  if (armed.ok()) return;
+  // Unguarded, it must not serve.
+  ganesha.SignalGroup(SIGKILL);
+  loop_.Post([this, why = std::string(armed.message())] { FenceLease(why); });
 }
 
 void Daemon::StartGanesha() {
@@ -479,16 +525,30 @@ int Daemon::Run() {
       config_.lease ? absl::StrCat("waiting for the serving lease of epoch ", config_.limits.epoch)
                     : "";
   if (config_.lease) {
-    auto backend = MakeEtcdLeaseBackend(*config_.lease, clock_);
+    auto backend = MakeEtcdLeaseBackend(*config_.lease, lease_clock_);
     if (!backend.ok()) {
       spdlog::error("--lease-etcd: {}", backend.status().message());
       return kExitBadInput;
     }
     lease_backend_ = *std::move(backend);
-    lease_timer_.emplace(loop_, [this] { CheckLease(); });
+    // This executable again (also when the file was replaced meanwhile),
+    // tagged with the state dir so that it is told apart in a process list.
+    auto fencer = LeaseFencer::Start(
+        loop_, {"/proc/self/exe", kLeaseFencerCommand, config_.state_dir},
+        [this](const std::string& why) {
+          FenceLease(
+              absl::StrCat(why, "; without it nothing stops ganesha if share-manager stalls"));
+        });
+    if (!fencer.ok()) {
+      spdlog::error("{}", fencer.status().message());
+      return kExitStartup;
+    }
+    fencer_ = *std::move(fencer);
+    lease_timer_.emplace(
+        loop_, [this] { CheckLease(); }, CLOCK_BOOTTIME);
     // The keeper's thread hands everything to the loop.
     lease_.emplace(
-        *lease_backend_, clock_, config_.lease->options,
+        *lease_backend_, lease_clock_, config_.lease->options,
         ServingLease::Hooks{
             .taken = [this] { loop_.Post([this] { OnLeaseTaken(); }); },
             .lost =
@@ -518,6 +578,12 @@ int Daemon::Run() {
       [this] { return share_.CheckReady(); }, clock_);
   sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
   if (lease_) {
+    // Every ganesha (the first, each restart) starts only under a valid
+    // lease, and the fencer guards it from its first moment.
+    sup_->SetSpawnHooks({
+        .may_spawn = [this] { return LeaseAllowsServing(); },
+        .spawned = [this](const supervisor::ChildProcess& ganesha) { ArmFencer(ganesha); },
+    });
     // Nothing of the volume is touched (no fsck, no mount) before the lease
     // is held: an older holder may still be using it. A SIGTERM meanwhile
     // stops the wait.
@@ -546,6 +612,12 @@ int Daemon::Shutdown() {
     monitor_.reset();
   }
   sup_.reset();  // ganesha is gone after this
+  // Its guard too, now: nothing left for it to kill.
+  if (fencer_) {
+    if (auto exit = fencer_->Stop(kFencerStopTime); !exit.ok()) {
+      spdlog::error("lease fencer: {}", exit.status().message());
+    }
+  }
   // Only now, with ganesha gone, may the device be released: the owner stops
   // what runs (a check gets SIGTERM and is waited for), then unmounts.
   if (owner_ && !owner_->Stop(config_.supervisor.stop_timeout)) stuck_ = true;

@@ -17,6 +17,7 @@
 #include "sharemgr/export_probe.h"
 #include "sharemgr/health_check_only_service.h"
 #include "sharemgr/health_publisher.h"
+#include "sharemgr/lease_fencer.h"
 #include "sharemgr/longhorn_service.h"
 #include "sharemgr/serving_lease.h"
 #include "sharemgr/share.h"
@@ -52,10 +53,18 @@ class Daemon {
   // serving lease, once it is taken with one.
   void BeginServing();
   void OnLeaseTaken();
-  // Fences when valid_until has passed, else re-arms lease_timer_ for it.
+  // Fences when valid_until has passed; else tells the fencer the current
+  // valid_until and re-arms lease_timer_ for it (or the next poll).
   void CheckLease();
-  // The lease is lost: ganesha SIGKILLed, the export withdrawn, FAILED, exit 6.
+  // Whether serving may start or go on now: always without a lease; with
+  // one, only while it is valid. An expired lease is fenced here (a lost one
+  // by the keeper's hook, already posted).
+  bool LeaseAllowsServing();
+  // The lease is lost: ganesha SIGKILLed, the volume no longer touched (every
+  // operation refused, unmounted at once), the export withdrawn, FAILED, exit 6.
   void FenceLease(const std::string& why);
+  // A new ganesha: the fencer kills it at valid_until unless told otherwise.
+  void ArmFencer(const supervisor::ChildProcess& ganesha);
   void OnVolumePrepared(const absl::Status& status);
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
@@ -91,11 +100,15 @@ class Daemon {
   std::optional<HealthPublisher> health_;
   std::thread server_stopper_;
   // The serving lease (--lease-etcd): its store, its keeper (whose thread
-  // posts to loop_), and the loop's own timer at valid_until, which fences
-  // even while the keeper waits on a store call.
+  // posts to loop_), the loop's own timer at valid_until, which fences even
+  // while the keeper waits on a store call, and the fencer process, which
+  // kills ganesha at valid_until even when this process cannot run. All on
+  // CLOCK_BOOTTIME: a suspend does not stretch the lease.
+  const base::TimeSource& lease_clock_ = base::BootClock();
   std::unique_ptr<LeaseBackend> lease_backend_;
   std::optional<ServingLease> lease_;
   std::optional<supervisor::Timer> lease_timer_;
+  std::unique_ptr<LeaseFencer> fencer_;
   bool lease_lost_ = false;
   bool volume_failed_ = false;
   bool stuck_ = false;

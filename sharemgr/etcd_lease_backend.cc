@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -60,7 +62,13 @@ class EtcdLeaseBackend final : public LeaseBackend {
     return etcd::WallDeadline(clock_, deadline);
   }
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
-                                int64_t granted_ttl, bool* try_value_form);
+                                int64_t granted_ttl, base::TimePoint deadline,
+                                bool* try_value_form);
+  // The key is on the lease of an earlier attempt whose transaction failed
+  // on our side but landed in etcd: ours, once a keep-alive sent now renews it.
+  absl::StatusOr<Attempt> Adopt(int64_t unsettled, int64_t fresh, base::TimePoint deadline);
+  // The lease is taken: the leases of earlier unsettled attempts hold no key.
+  Attempt Taken(int64_t lease, int64_t ttl);
 
   // Every member call goes through it; only the keeper's thread calls.
   const std::unique_ptr<etcd::EtcdClient> client_;
@@ -70,14 +78,31 @@ class EtcdLeaseBackend final : public LeaseBackend {
   const std::string value_;  // the lease key's: "<epoch> <holder>"
   etcd::LeaseKeepAliveStream keep_alive_;
   int64_t lease_ = 0;  // the lease taken, 0 before (keeper thread only)
+  // Leases granted for attempts whose transaction got no answer: it may have
+  // landed (etcd applies a proposal after the client gave up), putting the
+  // key on one of them. Never revoked while unsettled: revoking would delete
+  // our own key, and the epoch recorded with it would then refuse us for good.
+  std::vector<int64_t> unsettled_;
+  // The lease of the older holder we wait out (etcd::WaitHolderGone: its
+  // key deleted is not enough).
+  int64_t awaited_lease_ = 0;
 };
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
                                                      base::TimePoint deadline) {
-  (void)deadline;  // each call is bounded by the client's call timeout (the same bound)
+  // Each call is bounded by the client's call timeout (per member tried);
+  // no new call starts past `deadline`, and an adopted lease's keep-alive
+  // ends by it.
+  const auto past_deadline = [&] {
+    return etcd::DeadlineLeft(clock_, deadline, "taking the serving lease");
+  };
   auto granted = etcd::GrantLease(*client_, ttl_seconds);
   if (!granted.ok()) return granted.status();
   const int64_t lease = granted->id();
+  if (auto late = past_deadline(); !late.ok()) {
+    etcd::RevokeUnusedLease(*client_, lease);  // it holds no key yet
+    return late;
+  }
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
   // one for "the recorded epoch is lower" (a VALUE compare on a missing key
   // is false).
@@ -92,14 +117,21 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
     txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
     auto response = client_->Txn(txn);
     if (!response.ok()) {
-      etcd::RevokeUnusedLease(*client_, lease);
+      unsettled_.push_back(lease);
       return response.status();
     }
     bool try_value_form = false;
-    auto attempt = Judge(*response, lease, granted->ttl(), &try_value_form);
-    if (try_value_form && !value_form) continue;
-    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken)
+    auto attempt = Judge(*response, lease, granted->ttl(), deadline, &try_value_form);
+    if (try_value_form && !value_form) {
+      if (auto late = past_deadline(); !late.ok()) {
+        etcd::RevokeUnusedLease(*client_, lease);
+        return late;
+      }
+      continue;
+    }
+    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) {
       etcd::RevokeUnusedLease(*client_, lease);
+    }
     return attempt;
   }
   return absl::InternalError("unreachable");
@@ -107,12 +139,8 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse& response,
                                                 int64_t lease, int64_t granted_ttl,
-                                                bool* try_value_form) {
-  const auto taken = [&] {
-    lease_ = lease;
-    return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = granted_ttl};
-  };
-  if (response.succeeded()) return taken();
+                                                base::TimePoint deadline, bool* try_value_form) {
+  if (response.succeeded()) return Taken(lease, granted_ttl);
   const mvccpb::KeyValue* holder = nullptr;
   const mvccpb::KeyValue* recorded = nullptr;
   for (const auto& op : response.responses()) {
@@ -123,7 +151,11 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
   }
   // A retry of a transaction that landed the first time (the client moves
   // on to the next member after UNAVAILABLE): the key is on our lease.
-  if (holder != nullptr && holder->lease() == lease) return taken();
+  if (holder != nullptr && holder->lease() == lease) return Taken(lease, granted_ttl);
+  if (holder != nullptr && holder->value() == value_ &&
+      std::find(unsettled_.begin(), unsettled_.end(), holder->lease()) != unsettled_.end()) {
+    return Adopt(holder->lease(), lease, deadline);
+  }
   if (recorded != nullptr) {
     const auto epoch = EpochOf(recorded->value());
     if (!epoch) {
@@ -135,6 +167,7 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
     }
   }
   if (holder != nullptr) {
+    awaited_lease_ = holder->lease();
     return Attempt{.outcome = Attempt::Outcome::kHeldByOther,
                    .other_epoch = EpochOf(holder->value()).value_or(0),
                    .other_holder = HolderOf(holder->value())};
@@ -146,8 +179,35 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
       absl::StrCat("the keys of ", lease_key_, " changed while taking it; trying again"));
 }
 
+Attempt EtcdLeaseBackend::Taken(int64_t lease, int64_t ttl) {
+  lease_ = lease;
+  for (const int64_t other : unsettled_) {
+    if (other != lease) etcd::RevokeUnusedLease(*client_, other);
+  }
+  unsettled_.clear();
+  return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = ttl};
+}
+
+absl::StatusOr<Attempt> EtcdLeaseBackend::Adopt(int64_t unsettled, int64_t fresh,
+                                                base::TimePoint deadline) {
+  // The keeper counts the lease from this attempt's start; the unsettled
+  // lease was granted earlier, so only a keep-alive sent after that start
+  // makes it last as long as the keeper will think.
+  auto kept = keep_alive_.KeepAlive(unsettled, WallDeadline(deadline));
+  if (!kept.ok()) return kept.status();
+  if (kept->ttl() <= 0) {
+    // It expired, and its key with it: the next attempt reads what is left.
+    return absl::UnavailableError(
+        absl::StrCat("our earlier attempt's lease ", absl::Hex(unsettled), " expired"));
+  }
+  spdlog::info("serving lease: an earlier attempt's transaction had landed; lease {:x} is ours",
+               unsettled);
+  etcd::RevokeUnusedLease(*client_, fresh);
+  return Taken(unsettled, kept->ttl());
+}
+
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
-  return etcd::WaitKeyDeleted(*client_, lease_key_, WallDeadline(deadline));
+  return etcd::WaitHolderGone(*client_, lease_key_, &awaited_lease_, clock_, deadline);
 }
 
 absl::StatusOr<Renewal> EtcdLeaseBackend::KeepAlive(base::TimePoint deadline) {
@@ -174,12 +234,18 @@ std::string EpochKey(const LeaseConfig& config) {
   return absl::StrCat(config.prefix, "/epochs/", config.volume);
 }
 
+etcd::EtcdOptions LeaseClientOptions(const LeaseConfig& config) {
+  return {.endpoints = config.endpoints, .call_timeout = LeaseCallTimeout(config.options.ttl)};
+}
+
 absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(const LeaseConfig& config,
                                                                    const base::TimeSource& clock) {
-  auto client = etcd::EtcdClient::Create({
-      .endpoints = config.endpoints,
-      .call_timeout = LeaseCallTimeout(config.options.ttl),
-  });
+  return MakeEtcdLeaseBackend(config, clock, LeaseClientOptions(config));
+}
+
+absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(
+    const LeaseConfig& config, const base::TimeSource& clock, etcd::EtcdOptions client_options) {
+  auto client = etcd::EtcdClient::Create(std::move(client_options));
   if (!client.ok()) return client.status();
   return std::unique_ptr<LeaseBackend>(
       std::make_unique<EtcdLeaseBackend>(*std::move(client), config, clock));

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "etcd/client.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/serving_lease.h"
 
@@ -22,8 +23,15 @@ std::string EpochKey(const LeaseConfig& config);
 // An epoch as the keys hold it: 20 digits, zero-padded.
 std::string PaddedEpoch(uint64_t epoch);
 
+// The etcd client the backend uses: the configured members, each call
+// bounded by LeaseCallTimeout.
+etcd::EtcdOptions LeaseClientOptions(const LeaseConfig& config);
+
 // The backend on the configured etcd members. No I/O until the first call.
 absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(const LeaseConfig& config,
                                                                    const base::TimeSource& clock);
+// The same with the client's options given (tests add interceptors).
+absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(
+    const LeaseConfig& config, const base::TimeSource& clock, etcd::EtcdOptions client_options);
 
 }  // namespace sharemgr

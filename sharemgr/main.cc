@@ -5,12 +5,15 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string_view>
 
 #include "base/fmt_absl.h"
+#include "sharemgr/capped_listener.h"
 #include "sharemgr/client_commands.h"
 #include "sharemgr/daemon.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/exit_codes.h"
+#include "sharemgr/lease_fencer.h"
 
 namespace {
 
@@ -30,6 +33,14 @@ void SetUpLogging(const std::string& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The serving lease's fencer (sharemgr/lease_fencer.h), started by the
+  // daemon: not for people, so not in --help, and nothing else set up first.
+  if (argc >= 2 && std::string_view(argv[1]) == sharemgr::kLeaseFencerCommand) {
+    return sharemgr::RunLeaseFencer();
+  }
+  // First, while no thread and no gRPC object exists: the health port's
+  // listener relies on gRPC's epoll1 poller (see PinGrpcPollStrategy).
+  sharemgr::PinGrpcPollStrategy();
   CLI::App app{
       "share-manager serves one ReadWriteMany volume over NFSv4: it runs and supervises\n"
       "nfs-ganesha, restarts it in place when it dies or hangs, and publishes its health\n"

@@ -105,9 +105,10 @@ TimePoint ServingLease::StepAcquire(TimePoint now) {
     last_error_.clear();
   }
   // The lease was granted after `now`: it lasts at least until now + TTL on
-  // the store's clock.
-  const std::optional<TimePoint> next = Held(now, attempt->granted_ttl_seconds);
-  if (!next) return kNever;  // stopping: nobody is left to serve
+  // the store's clock. Confirmed after that validity ended, it is lost, never
+  // served (a replacement may have been let in meanwhile).
+  const std::optional<TimePoint> next = Held(now, after, attempt->granted_ttl_seconds);
+  if (!next) return kNever;  // stopping (nobody is left to serve), or lost
   spdlog::info("serving lease of epoch {} taken (TTL {}, renewed every {})", options_.epoch,
                base::FormatDuration(std::min(
                    options_.ttl, Duration(std::chrono::seconds(attempt->granted_ttl_seconds)))),

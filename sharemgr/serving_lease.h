@@ -115,7 +115,7 @@ class ServingLease final : public etcd::LeaseKeeper {
   // Step(): see etcd::LeaseKeeper.
 
   // Ends the keeper thread (after the store call in flight, bounded by
-  // LeaseCallTimeout), then with kRevoke revokes the lease if it was ever
+  // LeaseCallTimeout per member tried), then with kRevoke revokes the lease if it was ever
   // taken. Call only once serving has ended. Returns the revoke's outcome.
   absl::Status Stop(StopMode mode);
 

@@ -86,6 +86,13 @@ void VolumeMonitor::Start() {
   Check();
 }
 
+void VolumeMonitor::Stop() {
+  stopped_ = true;
+  probe_timer_.Disarm();
+  if (mountinfo_token_ != 0) loop_.Unwatch(mountinfo_token_);
+  mountinfo_token_ = 0;
+}
+
 VolumeOwner::Done VolumeMonitor::OnLoop(std::function<void(absl::Status)> done) {
   return [&loop = loop_, alive = alive_, done = std::move(done)](absl::Status result) {
     loop.Post([alive, done, result = std::move(result)] {
@@ -97,6 +104,7 @@ VolumeOwner::Done VolumeMonitor::OnLoop(std::function<void(absl::Status)> done) 
 void VolumeMonitor::Check() {
   // Only a mounted volume is probed: the owner knows why it is not mounted
   // (released by Unmount, under repair, failed, stopping).
+  if (stopped_) return;
   const VolumeState state = owner_.Snapshot().state;
   if (state == VolumeState::kReleased && health_.condition != VolumeCondition::kReleased) {
     Health released;
@@ -147,6 +155,7 @@ void VolumeMonitor::Check() {
         // A probe that raced an Unmount or a repair saw a volume in transit:
         // one that read mountinfo before a repair finished would ask for the
         // same repair again (one event, two remount generations).
+        if (stopped_) return;
         const bool stale = repairs != repairs_;
         if (!stale && owner_.Snapshot().state == VolumeState::kMounted && !repair_requested_) {
           OnHealth(std::move(*probed));

@@ -61,6 +61,9 @@ class VolumeMonitor {
   void Fill(sharemanager::v1::ShareStatus& status) const;
   // Checks now (e.g. after a Mount request, or when the owner's state changed).
   void CheckNow() { Check(); }
+  // Stops probing for good: no more checks, so no more repairs (the volume is
+  // fenced). A probe in flight ends unheard. Loop thread.
+  void Stop();
   // Waits up to `budget` for a probe in flight (before destruction); false
   // when it is stuck in the kernel.
   bool WaitIdle(base::Duration budget) { return probe_worker_.WaitIdle(budget); }
@@ -95,6 +98,7 @@ class VolumeMonitor {
   // A check was asked for while a probe ran: probe again when it returns, so
   // the newest state (e.g. right after a repair) is seen at once.
   bool recheck_ = false;
+  bool stopped_ = false;
   std::atomic<uint64_t> size_bytes_{0};
   std::atomic<uint64_t> free_bytes_{0};
   base::UniqueFd mountinfo_;

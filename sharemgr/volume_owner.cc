@@ -68,14 +68,23 @@ VolumeOwner::~VolumeOwner() {
   thread_.join();
 }
 
+absl::Status VolumeOwner::StoppedError(const std::string& what) const {
+  if (!fenced_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " refused: ", fenced_));
+  }
+  return absl::UnavailableError(absl::StrCat(what, " refused: share-manager is stopping"));
+}
+
 void VolumeOwner::Enqueue(Job job) {
-  absl::Status refused = absl::UnavailableError("share-manager is stopping");
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_ && job.start_by && queued_for_callers_ >= kMaxQueuedForCallers) {
+    if (stopping_) {
+      refused = StoppedError(job.name);
+    } else if (job.start_by && queued_for_callers_ >= kMaxQueuedForCallers) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           kMaxQueuedForCallers, " volume operations are already waiting; ", job.name, " refused"));
-    } else if (!stopping_) {
+    } else {
       if (job.start_by) ++queued_for_callers_;
       if (job.repair) {
         ++queued_repairs_;
@@ -225,8 +234,10 @@ absl::Status VolumeOwner::AdmitRpc(VolumeState state, std::initializer_list<Volu
     case VolumeState::kFailed:
       return absl::FailedPreconditionError(
           absl::StrCat(what, " refused: the volume failed: ", now.detail));
-    case VolumeState::kStopping:
-      return absl::UnavailableError(absl::StrCat(what, " refused: share-manager is stopping"));
+    case VolumeState::kStopping: {
+      absl::MutexLock lock(&mu_);
+      return StoppedError(what);
+    }
     case VolumeState::kReleased:
       return absl::FailedPreconditionError(
           absl::StrCat(what, " refused: the volume was unmounted by Unmount; Mount it first"));
@@ -241,6 +252,7 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
                                        std::function<absl::Status()> run, Deadline deadline) {
   // Refuse at once what cannot run now; what can waits for its turn.
   if (auto now = admit(Snapshot().state); !now.ok()) return now;
+  const std::string name_for_refusal = name;
   // Shared with the job, which may finish after the caller gave up.
   auto outcome = std::make_shared<std::promise<absl::Status>>();
   auto result = outcome->get_future();
@@ -262,7 +274,10 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
       seen = finished_jobs_;
     }
     if (result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return result.get();
-    if (stopping) return absl::UnavailableError("share-manager is stopping");
+    if (stopping) {
+      absl::MutexLock lock(&mu_);
+      return StoppedError(name_for_refusal);
+    }
     absl::MutexLock lock(&mu_);
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || finished_jobs_ != seen;
@@ -278,9 +293,10 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
   }
 }
 
-void VolumeOwner::Prepare(Done done) {
+void VolumeOwner::Prepare(Done done, std::function<absl::Status()> may_start) {
   Enqueue(Job{.name = "prepare",
-              .admit = [](VolumeState) { return absl::OkStatus(); },
+              .admit = [may_start = std::move(may_start)](
+                           VolumeState) { return may_start ? may_start() : absl::OkStatus(); },
               .run =
                   [this] {
                     SetRepair(RepairInfo{.what = "preparing the volume: device, check, mount",
@@ -465,19 +481,36 @@ absl::StatusOr<ResizeResult> VolumeOwner::Resize(Deadline deadline) {
 
 void VolumeOwner::BeginStop() {
   std::deque<Job> dropped;
+  absl::Status refused;
+  std::string detail;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
     dropped.swap(queue_);
+    refused = StoppedError("queued volume operation");
+    detail = fenced_.empty() ? "share-manager is stopping" : fenced_;
   }
-  SetState(VolumeState::kStopping, "share-manager is stopping");
+  SetState(VolumeState::kStopping, std::move(detail));
   // A running check or mkfs gets SIGTERM (it stops at a safe point); a device
   // wait ends. Nothing is SIGKILLed.
   volume_.RequestStop();
   for (Job& job : dropped) {
-    if (job.done) job.done(absl::UnavailableError("share-manager is stopping"));
+    if (job.done) job.done(refused);
   }
+}
+
+void VolumeOwner::Fence(std::string why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fenced_.empty()) fenced_ = why;
+  }
+  BeginStop();
+  spdlog::error("volume {}: no more operations ({}); unmounting it once the running one ends",
+                volume_.config().device, why);
+  // The device thread ends after the running operation, then unmounts.
+  absl::MutexLock lock(&mu_);
+  quit_ = true;
 }
 
 bool VolumeOwner::Stop(base::Duration budget) {

@@ -75,7 +75,9 @@ class VolumeOwner {
 
   // Internal operations, queued behind whatever runs; any thread.
   // Wait for the device, detect, (format), check, mount: kPreparing -> kMounted or kFailed.
-  void Prepare(Done done);
+  // `may_start`, asked on the device thread right before it starts, can
+  // still call it off (its error is the outcome; the volume stays untouched).
+  void Prepare(Done done, std::function<absl::Status()> may_start = nullptr);
   // A read-only remount: remount read-write in place (kRepairing while it runs).
   void RepairInPlace(std::string why, Done done);
   // A filesystem error or a lost mount, once the export is withdrawn: check
@@ -97,6 +99,13 @@ class VolumeOwner {
   // callers are answered, the running operation is asked to stop (a filesystem
   // check gets SIGTERM and stops at a safe point; nothing is SIGKILLed). Any thread.
   void BeginStop();
+  // Stops for good at once because this share-manager may no longer touch
+  // the volume (its serving lease is lost): BeginStop, except that every
+  // operation is refused FAILED_PRECONDITION with `why`, and the volume is
+  // unmounted as soon as the running operation ends, without waiting for
+  // Stop. Call once ganesha has been killed (the unmount waits out a busy
+  // target while it goes). Any thread.
+  void Fence(std::string why);
   // BeginStop, then waits for the device thread to finish: the running
   // operation (a filesystem check however long it takes to stop; anything
   // else up to `budget`), then the final unmount (up to `budget`). False when
@@ -143,6 +152,8 @@ class VolumeOwner {
   absl::Status DoRepairFull(const std::string& why);
   // Sleeps unless stopping; false when stopping.
   bool PauseUnlessStopping(base::Duration pause);
+  // What an operation is refused with once stopping.
+  absl::Status StoppedError(const std::string& what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Volume& volume_;
   const VolumeOwnerOptions options_;
@@ -160,6 +171,8 @@ class VolumeOwner {
   // The device thread has ended (after the final unmount).
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Why, once fenced (see Fence).
+  std::string fenced_ ABSL_GUARDED_BY(mu_);
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
   // Wakes RPC callers that wait for a job (every job end, and at stop).
   uint64_t finished_jobs_ ABSL_GUARDED_BY(mu_) = 0;

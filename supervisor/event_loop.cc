@@ -99,9 +99,9 @@ void EventLoop::Run() {
   }
 }
 
-Timer::Timer(EventLoop& loop, EventLoop::Task on_fire)
+Timer::Timer(EventLoop& loop, EventLoop::Task on_fire, clockid_t clock)
     : loop_(loop),
-      fd_(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK)),
+      fd_(timerfd_create(clock, TFD_CLOEXEC | TFD_NONBLOCK)),
       on_fire_(std::move(on_fire)) {
   if (!fd_) Fatal("timerfd_create");
   token_ = loop_.Watch(fd_.get(), EPOLLIN, [this](uint32_t) {
@@ -134,6 +134,19 @@ void Timer::Arm(base::Duration delay) {
     return;
   }
   Set(delay, base::Duration(0));
+}
+
+void Timer::ArmAt(base::TimePoint when) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
+  itimerspec spec{};
+  // An absolute zero would disarm the timer: a point that early is "now".
+  if (ns.count() <= 0) {
+    spec.it_value.tv_nsec = 1;
+  } else {
+    spec.it_value.tv_sec = static_cast<time_t>(ns.count() / 1'000'000'000);
+    spec.it_value.tv_nsec = static_cast<long>(ns.count() % 1'000'000'000);
+  }
+  timerfd_settime(fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr);
 }
 
 void Timer::ArmPeriodic(base::Duration period) { Set(period, period); }

@@ -2,6 +2,8 @@
 // other threads all run on the loop thread, so supervisor state needs no locks.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -61,15 +63,19 @@ class EventLoop {
   std::atomic<int64_t> last_tick_ms_{0};
 };
 
-// A timerfd on the loop: one-shot or periodic.
+// A timerfd on the loop: one-shot or periodic, on CLOCK_MONOTONIC unless
+// given another clock (CLOCK_BOOTTIME: it also runs while suspended).
 class Timer {
  public:
-  Timer(EventLoop& loop, EventLoop::Task on_fire);
+  Timer(EventLoop& loop, EventLoop::Task on_fire, clockid_t clock = CLOCK_MONOTONIC);
   ~Timer();
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
   void Arm(base::Duration delay);
+  // Fires once when the timer's clock reaches `when` (at once if it has):
+  // `when` is a point of that clock, e.g. base::BootClock()'s for CLOCK_BOOTTIME.
+  void ArmAt(base::TimePoint when);
   void ArmPeriodic(base::Duration period);
   void Disarm();
 

@@ -10,6 +10,9 @@
 
 namespace supervisor {
 
+LineLogger::LineLogger(std::shared_ptr<spdlog::logger> logger)
+    : LineLogger(std::move(logger), spdlog::level::info) {}
+
 void LineLogger::Append(std::string_view bytes) {
   partial_.append(bytes);
   size_t start = 0;
@@ -26,7 +29,7 @@ void LineLogger::Flush() {
 
 void LineLogger::LogLine(std::string_view line) {
   if (line.empty()) return;
-  auto level = spdlog::level::info;
+  auto level = plain_;
   if (line.find(":CRIT :") != std::string_view::npos ||
       line.find(":FATAL :") != std::string_view::npos) {
     level = spdlog::level::critical;

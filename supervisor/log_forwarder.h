@@ -12,21 +12,28 @@
 
 namespace spdlog {
 class logger;
+namespace level {
+enum level_enum : int;
 }
+}  // namespace spdlog
 
 namespace supervisor {
 
 // Splits a byte stream into lines and logs each; ganesha's level words
-// (CRIT, MAJ, WARN, ...) pick the spdlog level.
+// (CRIT, MAJ, WARN, ...) pick the spdlog level, `plain` (info unless given)
+// is that of a line without any.
 class LineLogger {
  public:
-  explicit LineLogger(std::shared_ptr<spdlog::logger> logger) : logger_(std::move(logger)) {}
+  explicit LineLogger(std::shared_ptr<spdlog::logger> logger);
+  LineLogger(std::shared_ptr<spdlog::logger> logger, spdlog::level::level_enum plain)
+      : logger_(std::move(logger)), plain_(plain) {}
   void Append(std::string_view bytes);
   void Flush();
 
  private:
   void LogLine(std::string_view line);
   std::shared_ptr<spdlog::logger> logger_;
+  spdlog::level::level_enum plain_;
   std::string partial_;
 };
 

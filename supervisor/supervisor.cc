@@ -126,6 +126,8 @@ void Supervisor::Publish() {
 
 void Supervisor::SpawnChild() {
   if (outcome_ || status_.state == State::kStopping || status_.state == State::kFailed) return;
+  // The gate may fail the run itself (it returns false then): nothing more here.
+  if (spawn_hooks_.may_spawn && !spawn_hooks_.may_spawn()) return;
   auto child = ChildProcess::Spawn(options_.command);
   const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);
@@ -153,10 +155,12 @@ void Supervisor::SpawnChild() {
     return;
   }
   child_ = std::move(*child);
+  if (spawn_hooks_.spawned) spawn_hooks_.spawned(*child_);
   instance_++;
   answered_ = false;
   misses_ = 0;
   probe_short_ = false;
+  short_rounds_ = 0;
   kill_reason_.clear();
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
@@ -263,10 +267,18 @@ void Supervisor::OnProbeTimer() {
   // Orphans whose exit was queued behind a helper's zombie are picked up here.
   ReapOrphans();
   if (!child_) return;
-  if (!answered_ && !probe_short_ && clock_.Now() > start_deadline_) {
+  // A probe that could not run at the deadline holds it, for at most
+  // another start timeout: a lasting shortage here must not shield a ganesha
+  // that never starts answering.
+  if (!answered_ && clock_.Now() > start_deadline_ &&
+      (!probe_short_ || clock_.Now() > start_deadline_ + options_.start_timeout)) {
     Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
-                      base::FormatDuration(options_.start_timeout),
-                      " of starting (last: ", last_probe_error_, ")"));
+                      base::FormatDuration(options_.start_timeout), " of starting",
+                      probe_short_
+                          ? absl::StrCat(", nor ", base::FormatDuration(options_.start_timeout),
+                                         " later while probes could not run here")
+                          : "",
+                      " (last: ", last_probe_error_, ")"));
     return;
   }
   // A probe still in flight (waiting out its timeout) runs again as soon as it
@@ -286,26 +298,33 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
   if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
   // Out of descriptors or memory here (a flood on our own ports, say): the
-  // probe never reached the child. Killing it would fix nothing and cost the
-  // share its NFS server, so the round is skipped.
+  // probe never reached the child. Killing it for a passing shortage would fix
+  // nothing and cost the share its NFS server, so a round is skipped. But a
+  // shortage that lasts (a descriptor leak here) must not shield a hung
+  // ganesha for ever: probe_failures rounds in a row count as one miss, so a
+  // burst shorter than that never counts, and only probe_failures^2 rounds
+  // in a row with no answer between kill (--probe-failures 1: any round).
   probe_short_ = result.code() == absl::StatusCode::kResourceExhausted;
   if (probe_short_) {
-    if (auto held_back = probe_short_log_.Admit()) {
-      spdlog::warn("NFS NULL probe could not run, not counted as a miss: {}{}", result.message(),
-                   base::LogLimiter::HeldBack(*held_back));
+    ++short_rounds_;
+    last_probe_error_ = absl::StrCat("could not probe here: ", result.message());
+    if (!answered_ || short_rounds_ % options_.probe_failures != 0) {
+      if (auto held_back = probe_short_log_.Admit()) {
+        spdlog::warn("NFS NULL probe could not run ({} in a row count as a miss): {}{}",
+                     options_.probe_failures, result.message(),
+                     base::LogLimiter::HeldBack(*held_back));
+      }
+      return;
     }
+    CountMiss(absl::StrCat(options_.probe_failures,
+                           " probes in a row could not run here: ", result.message()));
     return;
   }
+  short_rounds_ = 0;
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this
-    ++misses_;
-    spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures,
-                 result.message());
-    if (misses_ >= options_.probe_failures) {
-      Kill(absl::StrCat("hung: ", misses_,
-                        " NFS NULL probes missed in a row (last: ", result.message(), ")"));
-    }
+    CountMiss(std::string(result.message()));
     return;
   }
   if (misses_ > 0) spdlog::info("NFS NULL probe answered again after {} misses", misses_);
@@ -320,6 +339,14 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
   if (fast_until_ && (status_.state == State::kServing || clock_.Now() >= *fast_until_)) {
     fast_until_.reset();
     probe_timer_.ArmPeriodic(options_.probe_interval);
+  }
+}
+
+void Supervisor::CountMiss(const std::string& last) {
+  ++misses_;
+  spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures, last);
+  if (misses_ >= options_.probe_failures) {
+    Kill(absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ", last, ")"));
   }
 }
 
@@ -382,9 +409,11 @@ void Supervisor::Stop(std::string reason) {
 void Supervisor::Fail(std::string reason, StopSignal how) {
   if (how == StopSignal::kKill && child_) {
     // Before anything else, and whatever the state: a graceful stop under
-    // way must not keep it answering for its stop timeout.
-    spdlog::error("SIGKILL to ganesha pid {}: {}", child_->pid(), reason);
+    // way must not keep it answering for its stop timeout. Logged only after
+    // the signal is sent: the log is written synchronously, and a full stderr
+    // pipe must not hold the kill.
     child_->SignalGroup(SIGKILL);
+    spdlog::error("SIGKILL to ganesha pid {}: {}", child_->pid(), reason);
   }
   if (outcome_ || status_.state == State::kFailed || status_.state == State::kStopping) return;
   machine_.TransitionTo(State::kFailed, std::move(reason));

@@ -59,7 +59,10 @@ class Supervisor {
  public:
   // Runs on a worker thread; must return within `timeout`. ResourceExhausted
   // means this process could not probe at all (out of file descriptors, say,
-  // while something floods its ports): no verdict on the child, so no miss.
+  // while something floods its ports): no verdict on the child, so no miss,
+  // unless it lasts: probe_failures such rounds in a row count as one miss
+  // (see HandleProbeResult), and it holds the start timeout for at most
+  // another start timeout.
   using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
@@ -73,6 +76,16 @@ class Supervisor {
 
   // All below: loop thread only.
   void AddStatusObserver(StatusObserver observer) { observers_.push_back(std::move(observer)); }
+  struct SpawnHooks {
+    // Asked right before every spawn (the first and each restart): false
+    // skips it. A gate that says no fails or stops the run itself (e.g. the
+    // serving lease ran out: the daemon fences).
+    std::function<bool()> may_spawn;
+    // Told of every new child right after the spawn, before anything else
+    // happens to it (e.g. a watchdog takes its pidfd).
+    std::function<void(const ChildProcess&)> spawned;
+  };
+  void SetSpawnHooks(SpawnHooks hooks) { spawn_hooks_ = std::move(hooks); }
   // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
@@ -110,6 +123,8 @@ class Supervisor {
   void OnProbeTimer();
   void OnProbeResult(uint64_t instance, absl::Status result);
   void HandleProbeResult(uint64_t instance, absl::Status result);
+  // A probe missed (`last` says why); probe_failures in a row kill the child.
+  void CountMiss(const std::string& last);
   void Kill(std::string reason);
   void Finish(Outcome outcome);
   void Publish();
@@ -124,6 +139,7 @@ class Supervisor {
   HealthStateMachine machine_;
   SupervisorStatus status_;
   std::vector<StatusObserver> observers_;
+  SpawnHooks spawn_hooks_;
 
   std::optional<ChildProcess> child_;
   uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored
@@ -137,8 +153,10 @@ class Supervisor {
   bool probe_pending_ = false;
   int misses_ = 0;
   // The last probe could not run here (ResourceExhausted): the start timeout
-  // waits for a probe that can tell.
+  // waits for a probe that can tell (for at most another start timeout).
   bool probe_short_ = false;
+  // Probes in a row that could not run here.
+  int short_rounds_ = 0;
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;

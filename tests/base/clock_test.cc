@@ -1,6 +1,9 @@
 #include "base/clock.h"
 
 #include <doctest/doctest.h>
+#include <time.h>
+
+#include <thread>
 
 namespace base {
 
@@ -26,6 +29,23 @@ TEST_CASE("FormatDuration is readable at every scale") {
   CHECK(FormatDuration(Duration(250)) == "250ms");
   CHECK(FormatDuration(Duration(3500)) == "3.5s");
   CHECK(FormatDuration(Duration(600'000)) == "10m0s");
+}
+
+TEST_CASE("BootClock: CLOCK_BOOTTIME, which advances and is never behind the steady clock") {
+  // CLOCK_BOOTTIME = CLOCK_MONOTONIC + the time spent suspended: read the
+  // steady clock first, and the boot clock can only be at or past it.
+  const TimePoint steady = SteadyClock().Now();
+  const TimePoint first = BootClock().Now();
+  CHECK(first >= steady);
+  timespec boot{};
+  REQUIRE(clock_gettime(CLOCK_BOOTTIME, &boot) == 0);
+  const TimePoint direct(std::chrono::seconds(boot.tv_sec) +
+                         std::chrono::nanoseconds(boot.tv_nsec));
+  CHECK(direct >= first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const TimePoint second = BootClock().Now();
+  CHECK(second - first >= std::chrono::milliseconds(20));
+  CHECK(second >= direct);
 }
 
 }  // namespace base

@@ -65,7 +65,7 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
     if (text.includes(PLACEHOLDER)) {
       throw new Error(
         `${PLACEHOLDER} is still here: replace it with the nodes' network (a CIDR), in the ` +
-          `NetworkPolicy's NFS rule and the pod's --nfs-clients alike (as shipped the ` +
+          `NetworkPolicy's NFS and health rules and the pod's --nfs-clients alike (as shipped the ` +
           `manifests are a template; the test fills one in with --node-cidr)`,
       );
     }
@@ -153,8 +153,9 @@ check("container/k8s holds a Pod with a share-manager container and a Service", 
 // Each NetworkPolicy selects a share-manager pod; every ingress rule names
 // ports the pod declares (a rule without ports, or a port entry without a
 // port, opens every port, the API's included); the API port is reachable only
-// from the controller's pods, NFS only from address blocks (the nodes': the
-// kubelet mounts from the node), and the pod's --nfs-clients are those blocks.
+// from the controller's pods, NFS and health only from address blocks (the
+// nodes': the kubelet mounts and probes from the node), and the pod's
+// --nfs-clients are the NFS rule's blocks.
 // The controller's pods as the manifests ship them (namespace and labels are
 // template values: change them here too).
 const CONTROLLER_PEER = {
@@ -174,6 +175,19 @@ function selectedPod(np) {
   const pod = pods.find(selects);
   if (!pod) throw new Error("selects no pod in container/k8s");
   return pod;
+}
+// The address blocks a rule's `from` admits to `port`, if they are CIDR
+// networks and nothing else (not every address, no pods, no namespaces).
+function nodeBlocks(port, from) {
+  if (!from.length || from.some((peer) => Object.keys(peer).join() !== "ipBlock")) {
+    throw new Error(`the ${port} port is open to more than the nodes' address blocks (ipBlock only)`);
+  }
+  for (const { ipBlock } of from) {
+    if (!isCidr(ipBlock.cidr)) {
+      throw new Error(`the ${port} port's ipBlock ${ipBlock.cidr} is not a node network (CIDR)`);
+    }
+  }
+  return from.map(({ ipBlock }) => ipBlock.cidr);
 }
 // Throws on the first rule that lets more in than the above; returns the NFS
 // rule's address blocks.
@@ -203,17 +217,10 @@ function checkPolicy(np) {
           );
         }
       }
-      if (port.port === "nfs") {
-        if (!from.length || from.some((peer) => Object.keys(peer).join() !== "ipBlock")) {
-          throw new Error("the nfs port is open to more than the nodes' address blocks (ipBlock only)");
-        }
-        for (const { ipBlock } of from) {
-          if (!isCidr(ipBlock.cidr)) {
-            throw new Error(`the nfs port's ipBlock ${ipBlock.cidr} is not a node network (CIDR)`);
-          }
-          nfsBlocks.push(ipBlock.cidr);
-        }
-      }
+      if (port.port === "nfs") nfsBlocks.push(...nodeBlocks("nfs", from));
+      // kubelet probes from the node: a pod that could reach the plaintext
+      // health port could flood it and crowd the probes out.
+      if (port.port === "health") nodeBlocks("health", from);
     }
   }
   for (const name of ["grpc", "health", "nfs"]) {
@@ -226,7 +233,7 @@ check("container/k8s holds a NetworkPolicy", () => {
 });
 for (const np of policies) {
   const name = `NetworkPolicy ${np.metadata.name}`;
-  check(`${name}: every rule names its ports; grpc only from the controller's pods, nfs only from the nodes`, () => {
+  check(`${name}: every rule names its ports; grpc only from the controller's pods, nfs and health only from the nodes`, () => {
     checkPolicy(np);
   });
   check(`${name}: the pod's --nfs-clients are the NFS rule's address blocks`, () => {
@@ -247,7 +254,7 @@ const validPolicy = {
     podSelector: { matchLabels: (pods[0] && pods[0].metadata.labels) || {} },
     ingress: [
       { from: [CONTROLLER_PEER], ports: [{ port: "grpc", protocol: "TCP" }] },
-      { ports: [{ port: "health", protocol: "TCP" }] },
+      { from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [{ port: "health", protocol: "TCP" }] },
       { from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [{ port: "nfs", protocol: "TCP" }] },
     ],
   },
@@ -259,11 +266,19 @@ const widened = {
   "NFS still at the placeholder": (p) => (p.spec.ingress[2].from[0].ipBlock.cidr = PLACEHOLDER),
   "NFS from every address (0.0.0.0/0)": (p) => (p.spec.ingress[2].from[0].ipBlock.cidr = "0.0.0.0/0"),
   "NFS from everyone (no from)": (p) => delete p.spec.ingress[2].from,
+  "health from everyone (no from)": (p) => delete p.spec.ingress[1].from,
+  "health from every pod (namespaceSelector {})": (p) =>
+    p.spec.ingress[1].from.push({ namespaceSelector: {} }),
+  "health from the controller's pods besides the nodes": (p) => p.spec.ingress[1].from.push(CONTROLLER_PEER),
+  "health still at the placeholder": (p) => (p.spec.ingress[1].from[0].ipBlock.cidr = PLACEHOLDER),
+  "health from every address (0.0.0.0/0)": (p) => (p.spec.ingress[1].from[0].ipBlock.cidr = "0.0.0.0/0"),
+  "health beside grpc in the controller's rule (open to its pods)": (p) =>
+    p.spec.ingress[0].ports.push({ port: "health", protocol: "TCP" }),
   "a rule without ports": (p) => p.spec.ingress.push({ from: [CONTROLLER_PEER] }),
   "a rule with an empty ports list": (p) =>
     p.spec.ingress.push({ from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [] }),
   "a port entry without port": (p) => p.spec.ingress[1].ports.push({ protocol: "TCP" }),
-  "the API port by number beside health (open to everyone)": (p) =>
+  "the API port by number beside health": (p) =>
     p.spec.ingress[1].ports.push({ port: 9600, protocol: "TCP" }),
   "grpc from an address block": (p) =>
     p.spec.ingress[0].from.push({ ipBlock: { cidr: "10.0.0.0/16" } }),
@@ -271,7 +286,7 @@ const widened = {
     p.spec.ingress[0].from.push({ namespaceSelector: {}, podSelector: CONTROLLER_PEER.podSelector }),
   "grpc from every pod of the controller's namespace": (p) =>
     p.spec.ingress[0].from.push({ namespaceSelector: CONTROLLER_PEER.namespaceSelector }),
-  "grpc beside health, open to everyone": (p) =>
+  "grpc beside health (open to the nodes)": (p) =>
     p.spec.ingress[1].ports.push({ port: "grpc", protocol: "TCP" }),
   "grpc from everyone (no from)": (p) => delete p.spec.ingress[0].from,
 };

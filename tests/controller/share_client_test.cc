@@ -77,7 +77,11 @@ TEST_CASE(
   // bounds only: a loaded machine is slower, never faster).
   size_t first_after = 0;
   while (failures[first_after] - begun <= StatusWatch::kStartingWindow) ++first_after;
-  CHECK(first_after >= 20);  // about 80; a backoff from the start would make 8
+  // About 80 on an idle machine; a backoff from the start makes 8 at most
+  // (0, 50, 150, 350, 750, 1150, 1550, 1950 ms), however fast the machine.
+  // Starved of CPU (load 7 on 2 cores) the retries thin out: the bound sits
+  // just above what a backoff could reach.
+  CHECK(first_after >= 10);
   for (size_t i = 0; i + 1 < first_after; ++i) {
     CAPTURE(i);
     CHECK(failures[i + 1] - failures[i] >= StatusWatch::kStartingRetry);

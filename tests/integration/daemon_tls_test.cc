@@ -10,6 +10,7 @@
 #include "base/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
+#include "tests/support/count_occurrences.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/program_process.h"
 #include "tests/support/temp_dir.h"
@@ -204,12 +205,7 @@ TEST_CASE(
       CHECK(GetStatus(Channel(d->addr(), security)).error_code() ==
             grpc::StatusCode::PERMISSION_DENIED);
     }
-    size_t logged = 0;
-    for (auto at = d->output().find("refused a call from"); at != std::string::npos;
-         at = d->output().find("refused a call from", at + 1)) {
-      ++logged;
-    }
-    CHECK(logged == 1);
+    CHECK(testing_support::CountOccurrences(d->output(), "refused a call from") == 1);
   }
   SUBCASE("the allowed name as CN, beside a DNS SAN that is not allowed: the SAN counts") {
     const auto mixed = certs.ca.Issue("mixed", "controller", {"DNS:intruder"});
@@ -345,12 +341,8 @@ TEST_CASE(
   CHECK(Unmount(Channel(d->addr(), Security(certs.client, "share-manager"))).ok());
   CHECK_MESSAGE(watch.WaitOutput("exported=no", milliseconds(5000)), watch.output());
   // A stream opened again starts with the current status: not printed twice.
-  size_t serving_lines = 0;
-  for (auto at = watch.output().find("exported=yes"); at != std::string::npos;
-       at = watch.output().find("exported=yes", at + 1)) {
-    ++serving_lines;
-  }
-  CHECK_MESSAGE(serving_lines == 1, watch.output());
+  CHECK_MESSAGE(testing_support::CountOccurrences(watch.output(), "exported=yes") == 1,
+                watch.output());
   d->Signal(SIGTERM);
   const auto exit = watch.WaitExit(milliseconds(15'000));
   REQUIRE_MESSAGE(exit.has_value(), watch.output());

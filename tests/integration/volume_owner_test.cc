@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/count_occurrences.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
@@ -65,13 +66,6 @@ grpc::Status CallUnmount(const DaemonProcess& d) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::UnmountResponse resp;
   return d.Stub()->Unmount(&ctx, v1::UnmountRequest(), &resp);
-}
-
-// How often `needle` occurs in `text`.
-int Count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 grpc::Status CallTrim(const DaemonProcess& d, milliseconds deadline) {
@@ -333,15 +327,17 @@ TEST_CASE(
   REQUIRE(resize.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   const auto resized = resize.get();
   CHECK_MESSAGE(resized.ok(), resized.error_message());  // nothing to grow: a no-op
-  CHECK(Count(d->output(), "volume: resize starts") == 1);
+  CHECK(testing_support::CountOccurrences(d->output(), "volume: resize starts") == 1);
   // The owner is not wedged: a trim with time to wait runs.
   const auto again = CallTrim(*d, milliseconds(30'000));
   CHECK_MESSAGE(again.ok(), again.error_message());
-  REQUIRE(testing_support::WaitFor([&] { return Count(d->output(), "volume: trim starts") >= 1; },
-                                   milliseconds(5000)));
+  REQUIRE(testing_support::WaitFor(
+      [&] { return testing_support::CountOccurrences(d->output(), "volume: trim starts") >= 1; },
+      milliseconds(5000)));
   // Only that one ran: the first trim's turn came after its deadline and it
   // was dropped, not run late.
-  CHECK_MESSAGE(Count(d->output(), "volume: trim starts") == 1, d->output());
+  CHECK_MESSAGE(testing_support::CountOccurrences(d->output(), "volume: trim starts") == 1,
+                d->output());
 }
 
 TEST_CASE(
@@ -363,10 +359,13 @@ TEST_CASE(
     v1::UnmountResponse response;
     return d->Stub()->Unmount(&ctx, v1::UnmountRequest(), &response);
   });
-  REQUIRE_MESSAGE(
-      testing_support::WaitFor([&] { return Count(d->output(), "target is busy; retrying") >= 2; },
-                               milliseconds(8000)),
-      d->output());
+  REQUIRE_MESSAGE(testing_support::WaitFor(
+                      [&] {
+                        return testing_support::CountOccurrences(d->output(),
+                                                                 "target is busy; retrying") >= 2;
+                      },
+                      milliseconds(8000)),
+                  d->output());
   CHECK(unmount.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
   CHECK(MountSourceOf(d->export_dir()) == loop->path());  // still mounted while held
   close(held);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "longhorn/smrpc.grpc.pb.h"
+#include "tests/support/count_occurrences.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
@@ -125,11 +126,18 @@ TEST_CASE(
   auto d = StartOn(*loop, "ext4");
   const uint64_t before = RequireOk(d->Status()).remount_generation();
   const auto seen = RemountReadOnlyUntilRepaired(*d, before);
-  CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().remount_generation() == before + 1);
   // Three volume probes later (seen, not slept for): no further bumps.
   REQUIRE_MESSAGE(testing_support::WaitVolumeProbes(*d, 3), d->output());
   CHECK(RequireOk(d->Status()).remount_generation() == before + 1);
+  // Detected as what it was, and repaired once by the cheap repair. (The
+  // DEGRADED state itself can last a millisecond, and WatchStatus sends the
+  // latest state, not every one: the log is the record of each repair.)
+  const std::string output = d->output();
+  CHECK_MESSAGE(
+      testing_support::CountOccurrences(output, d->export_dir() + ": remount read-write") == 1,
+      output);
+  CHECK(testing_support::CountOccurrences(output, "then check the device") == 0);
   CHECK(d->WriteEventually("/after-remount.txt", "ok").ok());
 }
 
@@ -154,9 +162,10 @@ TEST_CASE("volume 2c. a read-only remount is seen through the mountinfo event, n
   auto d = StartOn(*loop, "ext4", {"--volume-probe-interval", "60s"});
   const uint64_t before = d->Status()->remount_generation();
   const auto seen = RemountReadOnlyUntilRepaired(*d, before, std::chrono::seconds(10));
-  CHECK(Saw(seen, v1::DEGRADED));
   CHECK(seen.back().state() == v1::SERVING);
   CHECK(seen.back().remount_generation() == before + 1);
+  CHECK_MESSAGE(testing_support::CountOccurrences(d->output(), "is mounted read-only") >= 1,
+                d->output());
 }
 
 TEST_CASE("volume 3. an ext4 filesystem error runs the full repair, data intact, writes resume") {

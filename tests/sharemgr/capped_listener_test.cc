@@ -1,7 +1,9 @@
 // The health port's accept loop in front of a real gRPC server on
-// 127.0.0.1: connections served, capped (the oldest makes room), given back
-// when either side ends them, and accepted again after a shortage of
-// descriptors (where gRPC 1.51's own listener stops for good).
+// 127.0.0.1: connections served, capped per peer address (a flood from
+// 127.0.0.2 never locks out 127.0.0.1), the descriptors gRPC still holds for
+// ended connections kept under a ceiling, slots given back when either side
+// ends a connection, and accepted again after a shortage of descriptors
+// (where gRPC 1.51's own listener stops for good).
 #include "sharemgr/capped_listener.h"
 
 #include <doctest/doctest.h>
@@ -9,24 +11,33 @@
 #ifndef SHAREMGR_SANITIZED_BUILD
 #define SHAREMGR_SANITIZED_BUILD false
 #endif
+#include <arpa/inet.h>
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
 #include "sharemgr/health_check_only_service.h"
 #include "tests/support/descriptor_shortage.h"
+#include "tests/support/fake_time_source.h"
 #include "tests/support/wait_for.h"
 
 namespace sharemgr {
@@ -36,12 +47,14 @@ using std::chrono::milliseconds;
 using testing_support::WaitFor;
 
 // A health-only gRPC server with no port of its own, fed by a CappedListener.
+// Its health service is HealthCheckOnlyService unless one is given.
 class Served {
  public:
-  explicit Served(CappedListenerOptions options, int max_idle_ms = 0) {
+  explicit Served(CappedListenerOptions options, int max_idle_ms = 0,
+                  grpc::Service* health = nullptr) {
     grpc::ServerBuilder builder;
     builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
-    builder.RegisterService(&service_);
+    builder.RegisterService(health != nullptr ? health : &service_);
     if (max_idle_ms > 0) builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, max_idle_ms);
     server_ = builder.BuildAndStart();
     REQUIRE(server_ != nullptr);
@@ -71,10 +84,16 @@ class Served {
            response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   }
 
-  // A TCP connection that sends nothing.
-  base::UniqueFd Connect() const {
+  // A TCP connection that sends nothing, from 127.0.0.1 or `from`.
+  base::UniqueFd Connect(const char* from = nullptr) const {
     base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     REQUIRE(fd);
+    if (from != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      REQUIRE(inet_pton(AF_INET, from, &local.sin_addr) == 1);
+      REQUIRE(bind(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0);
+    }
     Connect(fd.get());
     return fd;
   }
@@ -106,48 +125,226 @@ bool ClosedByServer(int fd) {
       milliseconds(5000));
 }
 
+// grpc.health.v1 whose Check calls are held unanswered until Release: gRPC
+// keeps a connection's descriptor while a call on it is not finished, even
+// after the connection was shut down.
+class HeldChecks final : public grpc::health::v1::Health::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest* /*request*/,
+                                  grpc::health::v1::HealthCheckResponse* response) override {
+    auto* reactor = context->DefaultReactor();
+    absl::MutexLock lock(&mu_);
+    ++received_;
+    held_.emplace_back(reactor, response);
+    if (released_) FinishHeld();
+    return reactor;
+  }
+  int received() const {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+  // Answers every held call (SERVING), and every later one at once.
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+    FinishHeld();
+  }
+
+ private:
+  void FinishHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto [reactor, response] : held_) {
+      response->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+      reactor->Finish(grpc::Status::OK);
+    }
+    held_.clear();
+  }
+
+  mutable absl::Mutex mu_;
+  int received_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<grpc::ServerUnaryReactor*, grpc::health::v1::HealthCheckResponse*>> held_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// A Check call in flight over a connection of its own; destroyed only once answered.
+class CallInFlight {
+ public:
+  CallInFlight(uint16_t port, int channel_id) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", channel_id);
+    stub_ = grpc::health::v1::Health::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+    stub_->async()->Check(&context_, &request_, &response_, [this](const grpc::Status&) {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    });
+  }
+  ~CallInFlight() {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+  bool done() const {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+
+ private:
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
+  grpc::ClientContext context_;
+  grpc::health::v1::HealthCheckRequest request_;
+  grpc::health::v1::HealthCheckResponse response_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Connections accepted on `port` whose socket is still open anywhere in this
+// process (gRPC's descriptor or the listener's duplicate), each counted once,
+// connected or not any more: every socket whose own port is `port` but the
+// listening one. (A client's own port is another.)
+size_t AcceptedSocketsOpen(uint16_t port) {
+  std::set<ino_t> sockets;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in local{};
+    socklen_t local_len = sizeof(local);
+    int listening = 0;
+    socklen_t listening_len = sizeof(listening);
+    struct stat st {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != port ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &listening_len) != 0 ||
+        listening != 0 || fstat(fd, &st) != 0) {
+      continue;  // not a connection accepted on `port` (or closed meanwhile)
+    }
+    sockets.insert(st.st_ino);
+  }
+  return sockets.size();
+}
+
 }  // namespace
 
-TEST_CASE("the health port's listener: at the cap the oldest connection makes room") {
-  Served s({.max_connections = 2});
+TEST_CASE(
+    "the health port's listener: at the cap a connection from the same address makes room once "
+    "it has been open a second") {
+  testing_support::FakeTimeSource clock;
+  Served s({.max_connections = 2, .clock = &clock});
   CHECK(s.Check());
+  // That check's connection ended (its client hung up): its slot is free.
+  REQUIRE(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
   auto first = s.Connect();
   auto second = s.Connect();
   REQUIRE(WaitFor([&] { return s.listener().counts().open == 2; }, milliseconds(5000)));
-  // A third: served, and the oldest open one was closed for it.
+  // Both just opened: a third from the same address is refused. (The
+  // counts are published once the listener's round is over: waited for.)
+  CHECK_FALSE(s.Check());
+  CHECK(WaitFor([&] { return s.listener().counts().refused >= 1; }, milliseconds(5000)));
+  CHECK(s.listener().counts().evicted == 0);
+  // A second later the oldest makes room: served.
+  clock.Advance(std::chrono::seconds(1));
   CHECK(s.Check());
   CHECK(ClosedByServer(first.get()));
-  CHECK(s.listener().counts().evicted >= 1);
+  CHECK(WaitFor([&] { return s.listener().counts().evicted >= 1; }, milliseconds(5000)));
   CHECK(s.listener().counts().open <= 2);
 }
 
 TEST_CASE(
-    "the health port's listener: at most the cap's worth evicted per second, then new connections "
-    "are refused") {
-  // A clock that never moves: every eviction falls in the same second.
-  struct FrozenClock final : base::TimeSource {
-    base::TimePoint Now() const override { return base::TimePoint(std::chrono::hours(1)); }
-  } clock;
+    "the health port's listener: one address turns its slots over at most once a second each, "
+    "and is refused beyond") {
+  testing_support::FakeTimeSource clock;
   Served s({.max_connections = 2, .clock = &clock});
   std::vector<base::UniqueFd> clients;
-  for (size_t i = 1; i <= 4; ++i) {  // two taken, then two evicted
+  auto connect = [&](uint64_t handled) {
     clients.push_back(s.Connect());
     REQUIRE(WaitFor(
         [&] {
           const auto counts = s.listener().counts();
-          return counts.open + counts.evicted == i;
+          return counts.open + counts.evicted + counts.refused == handled;
         },
         milliseconds(5000)));
+  };
+  connect(1);
+  connect(2);
+  connect(3);  // refused: both open ones are younger than a second
+  connect(4);
+  CHECK(s.listener().counts().refused == 2);
+  CHECK(s.listener().counts().evicted == 0);
+  clock.Advance(std::chrono::seconds(1));
+  connect(5);  // the first two make room
+  connect(6);
+  connect(7);  // refused: the two open ones are new again
+  const auto counts = s.listener().counts();
+  CHECK(counts.evicted == 2);
+  CHECK(counts.refused == 3);
+  CHECK(counts.open == 2);
+  for (size_t i : {0U, 1U, 2U, 3U, 6U}) CHECK(ClosedByServer(clients[i].get()));
+}
+
+TEST_CASE(
+    "the health port's listener: a flood from another address never locks out a client's "
+    "checks") {
+  // A clock that never moves: no connection ever has been open a second, so
+  // the flood cannot even turn its own slots over.
+  testing_support::FakeTimeSource clock;
+  constexpr size_t kCap = 8;
+  Served s({.max_connections = kCap, .clock = &clock});
+  std::vector<base::UniqueFd> flood;
+  auto flood_more = [&](size_t count) {
+    for (size_t i = 0; i < count; ++i) flood.push_back(s.Connect("127.0.0.2"));
+    // Every flood connection taken, or closed to make room, or refused.
+    REQUIRE(WaitFor(
+        [&] {
+          const auto counts = s.listener().counts();
+          return counts.open + counts.evicted + counts.refused >= flood.size();
+        },
+        milliseconds(5000)));
+  };
+  flood_more(3 * kCap);  // the cap's worth held open, and more refused
+  for (int round = 0; round < 10; ++round) {
+    INFO("round ", round);
+    CHECK(s.Check());  // from 127.0.0.1
+    flood_more(kCap / 2);
   }
-  REQUIRE(s.listener().counts().evicted == 2);
-  // The third eviction in one second is not made: the newcomer is closed.
-  auto refused = s.Connect();
-  CHECK(ClosedByServer(refused.get()));
-  CHECK(s.listener().counts().refused == 1);
-  CHECK(s.listener().counts().evicted == 2);
-  CHECK(ClosedByServer(clients[0].get()));
-  CHECK(ClosedByServer(clients[1].get()));
-  CHECK(s.listener().counts().open == 2);  // the two newest, still the server's
+  CHECK(s.listener().counts().open <= kCap);
+  CHECK(s.listener().counts().refused > 0);
+  // The flood's newest were refused, not served.
+  CHECK(ClosedByServer(flood.back().get()));
+}
+
+TEST_CASE(
+    "the health port's listener: connections ended but not yet closed by gRPC count against a "
+    "ceiling of twice the cap") {
+  testing_support::FakeTimeSource clock;
+  HeldChecks held;
+  constexpr size_t kCap = 4;
+  Served s({.max_connections = kCap, .clock = &clock}, /*max_idle_ms=*/0, &held);
+  std::vector<std::unique_ptr<CallInFlight>> calls;
+  // Answered (and so destroyed) before the server shuts down, whatever fails.
+  absl::Cleanup release = [&] {
+    held.Release();
+    calls.clear();
+  };
+  // Each connection carries a call gRPC holds: the connections closed to make
+  // room keep their descriptor in gRPC, however long it takes.
+  for (size_t i = 0; i < 4 * kCap; ++i) {
+    INFO("connection ", i);
+    clock.Advance(std::chrono::seconds(1));  // every open one may make room
+    const int received = held.received();
+    calls.push_back(std::make_unique<CallInFlight>(s.listener().port(), static_cast<int>(i)));
+    REQUIRE(WaitFor([&] { return held.received() > received || calls.back()->done(); },
+                    milliseconds(5000)));
+    CHECK(AcceptedSocketsOpen(s.listener().port()) <= 2 * kCap);
+  }
+  auto counts = s.listener().counts();
+  CHECK(counts.open == kCap);
+  CHECK(counts.closing == kCap);
+  CHECK(counts.refused >= 1);
+  // Answered: gRPC closes what it held, and the listener sees it.
+  held.Release();
+  CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
+  clock.Advance(std::chrono::seconds(1));
+  CHECK(s.Check());
 }
 
 TEST_CASE("the health port's listener: a connection ended by either side gives its slot back") {
@@ -163,6 +360,8 @@ TEST_CASE("the health port's listener: a connection ended by either side gives i
   CHECK(ClosedByServer(idle.get()));
   CHECK(WaitFor([&] { return s.listener().counts().open == 0; }, milliseconds(5000)));
   CHECK(s.listener().counts().evicted == 0);
+  // gRPC has closed its descriptors of both, and the listener has seen it.
+  CHECK(WaitFor([&] { return s.listener().counts().closing == 0; }, milliseconds(5000)));
 }
 
 // UBSan's first vptr check of an object needs a descriptor (a pipe): with none
@@ -189,6 +388,25 @@ TEST_CASE("the health port's listener: out of descriptors it keeps the port and 
   REQUIRE(short_of_fds);
   CHECK(WaitFor([&] { return s.listener().counts().open >= 1; }, milliseconds(5000)));
   CHECK(s.Check());
+}
+
+TEST_CASE("PinGrpcPollStrategy: epoll1 unless the user chose a poller") {
+  const char* inherited = std::getenv("GRPC_POLL_STRATEGY");
+  const std::optional<std::string> saved =
+      inherited ? std::optional<std::string>(inherited) : std::nullopt;
+  absl::Cleanup restore = [&] {
+    if (saved) {
+      setenv("GRPC_POLL_STRATEGY", saved->c_str(), 1);
+    } else {
+      unsetenv("GRPC_POLL_STRATEGY");
+    }
+  };
+  unsetenv("GRPC_POLL_STRATEGY");
+  CHECK(PinGrpcPollStrategy() == "epoll1");
+  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "epoll1");
+  setenv("GRPC_POLL_STRATEGY", "poll", 1);
+  CHECK(PinGrpcPollStrategy() == "poll");
+  CHECK(std::string(std::getenv("GRPC_POLL_STRATEGY")) == "poll");
 }
 
 }  // namespace sharemgr

@@ -147,6 +147,24 @@ TEST_CASE("the lease: taken at once, valid until the grant's send time + TTL - m
   CHECK(f.lost.empty());
 }
 
+TEST_CASE("an acquire confirmed only after its validity ended is lost, never served, and revoked") {
+  Fixture f;
+  // The store took it, but the answer came 8 s after the ask: etcd may have
+  // let the lease expire (and a replacement in) before anyone here knew.
+  f.backend.acquire = [&f](TimePoint) {
+    f.clock.Advance(kTtl - kMargin);
+    return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = 9};
+  };
+  CHECK(f.lease.Step() == TimePoint::max());
+  CHECK(f.taken == 0);
+  REQUIRE(f.lost.size() == 1);
+  CHECK(f.lost[0].find("confirmed only after its validity ended") != std::string::npos);
+  CHECK_FALSE(f.lease.ValidAt(f.clock.Now()));
+  CHECK_FALSE(f.lease.valid_until().has_value());
+  REQUIRE(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
+  CHECK(f.backend.revokes.size() == 1);
+}
+
 TEST_CASE("the lease is renewed every TTL/3, each renewal counted from its send time") {
   Fixture f;
   f.lease.Step();

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/fake_time_source.h"
 #include "tests/support/pid_file.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
@@ -30,30 +33,33 @@ using std::chrono::milliseconds;
 // Runs a Supervisor on its own loop thread and records every published status.
 class Harness {
  public:
+  // `clock`: what the supervisor reads for its deadlines (the steady clock
+  // unless given); its timers run on real time either way.
   explicit Harness(SupervisorOptions options, std::vector<std::string> command = {"sleep", "1000"},
-                   bool probe_short = false)
-      : probe_short_(probe_short) {
+                   bool probe_short = false, const base::TimeSource* clock = nullptr,
+                   Supervisor::SpawnHooks hooks = {})
+      : probe_short_(probe_short), clock_(clock != nullptr ? *clock : steady_) {
     options.command = std::move(command);
-    thread_ = std::thread([this, options] {
+    thread_ = std::thread([this, options, hooks = std::move(hooks)] {
       EventLoop loop;
       loop_ = &loop;
       Supervisor sup(
           loop, options,
           [this](base::Duration timeout) -> absl::Status {
             const int n = ++probes_;
-            if (probe_short_) {
+            const bool answers_anyway = answer_every_ > 0 && n % answer_every_ == 0;
+            if (probe_short_ && !answers_anyway) {
               std::this_thread::sleep_for(std::min(timeout, milliseconds(5)));
               return absl::ResourceExhaustedError("socket: Too many open files");
             }
-            if (probe_ok_ || (answer_every_ > 0 && n % answer_every_ == 0)) {
-              return absl::OkStatus();
-            }
+            if (probe_ok_ || answers_anyway) return absl::OkStatus();
             std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
             return absl::DeadlineExceededError("scripted probe failure");
           },
           [this] { return ready_ ? absl::OkStatus() : absl::UnavailableError("not ready"); },
           clock_);
       sup_ = &sup;
+      sup.SetSpawnHooks(hooks);
       sup.AddStatusObserver([this](const SupervisorStatus& s) {
         std::lock_guard lock(mu_);
         history_.push_back(s);
@@ -124,7 +130,8 @@ class Harness {
   }
 
   std::atomic<bool> probe_ok_{true};
-  // While probe_ok_ is false, every answer_every_-th probe still answers (0: none).
+  // While probe_ok_ is false or probe_short_ is true, every answer_every_-th
+  // probe still answers (0: none).
   std::atomic<int> answer_every_{0};
   std::atomic<int> probes_{0};
   std::atomic<bool> ready_{true};
@@ -132,7 +139,8 @@ class Harness {
   std::atomic<bool> probe_short_{false};
 
  private:
-  base::SteadyTimeSource clock_;
+  base::SteadyTimeSource steady_;
+  const base::TimeSource& clock_;
   std::mutex loop_mu_;
   EventLoop* loop_ = nullptr;  // guarded by loop_mu_ once the run started
   Supervisor* sup_ = nullptr;
@@ -158,6 +166,61 @@ SupervisorOptions FastOptions() {
 }
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// Whether our child `pid` has exited within `timeout` (left unreaped, for its owner).
+bool ExitsWithin(pid_t pid, milliseconds timeout) {
+  return testing_support::WaitFor(
+      [&] {
+        siginfo_t info{};
+        return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+               info.si_pid == pid;
+      },
+      timeout);
+}
+
+// Stands in for a full stderr pipe: the thread that logs a line containing
+// `needle` is held there until `pid` has exited (5 s at most), and whether it
+// had is recorded.
+class BlockingSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit BlockingSink(std::string needle) : needle_(std::move(needle)) {}
+
+  std::atomic<pid_t> pid{0};
+  // Unset until the line is logged; then whether `pid` had exited.
+  std::optional<bool> exited() const {
+    const int v = verdict_;
+    return v < 0 ? std::nullopt : std::optional<bool>(v == 1);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (std::string_view(msg.payload.data(), msg.payload.size()).find(needle_) ==
+        std::string_view::npos) {
+      return;
+    }
+    verdict_ = ExitsWithin(pid, milliseconds(5000)) ? 1 : 0;
+  }
+  void flush_() override {}
+
+ private:
+  const std::string needle_;
+  std::atomic<int> verdict_{-1};
+};
+
+// Makes `sink` the default logger's only sink while it lives.
+class DefaultLogTo {
+ public:
+  explicit DefaultLogTo(std::shared_ptr<spdlog::sinks::sink> sink)
+      : previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", std::move(sink)));
+  }
+  ~DefaultLogTo() { spdlog::set_default_logger(previous_); }
+  DefaultLogTo(const DefaultLogTo&) = delete;
+  DefaultLogTo& operator=(const DefaultLogTo&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::logger> previous_;
+};
 
 void CheckNeverRestarted(const SupervisorStatus& now, pid_t pid) {
   CHECK(now.pid == pid);
@@ -230,13 +293,18 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a probe that cannot run here (out of descriptors) is no miss: the child is never killed for "
-    "it") {
+    "a shortage that passes is never a reason to kill: probes that could not run here, fewer than "
+    "--probe-failures in a row are no miss, and the misses longer runs count end at the next "
+    "answer") {
   Harness h(FastOptions());  // 3 misses in a row mean hung
   const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  // 7 probes in a row that cannot run (two misses: after the 3rd and the
+  // 6th), then an answer, over and over.
+  h.answer_every_ = 8;
   h.probe_short_ = true;
-  h.ProbeWhileAlive(30, pid);
+  h.ProbeWhileAlive(40, pid);
   h.probe_short_ = false;
+  h.answer_every_ = 0;
   // Real answers afterwards: still the same child, serving, never restarted.
   h.ProbeWhileAlive(3, pid);
   const auto now = h.history().back();
@@ -244,23 +312,69 @@ TEST_CASE(
   CHECK(now.state == State::kServing);
 }
 
-TEST_CASE("a probe that cannot run here holds the start timeout: it kills only on a real miss") {
+TEST_CASE(
+    "a shortage that lasts counts: --probe-failures probes in a row that could not run here are "
+    "one miss, so a hung child beside a descriptor leak is still killed") {
+  Harness h(FastOptions());  // 3 misses in a row mean hung
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  const int from = h.probes_;
+  h.probe_short_ = true;  // for good: only a lasting shortage, no answer ever again
+  const auto killed = h.WaitFor(
+      [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
+  CHECK(killed.last_exit->signal == SIGKILL);
+  CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed in a row (last: 3 "
+                                          "probes in a row could not run here") !=
+        std::string::npos);
+  CHECK(h.probes_ - from >= 9);  // 3 misses of 3 rounds each
+  CHECK_FALSE(Alive(first));
+}
+
+TEST_CASE(
+    "a probe that cannot run here holds the start timeout, for at most another start timeout, and "
+    "a "
+    "real miss kills at once") {
   SupervisorOptions options = FastOptions();
-  options.start_timeout = milliseconds(200);
-  Harness h(options, {"sleep", "1000"}, /*probe_short=*/true);
-  const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
-  // Many times the start timeout of probes that could not run.
-  REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 60; }, milliseconds(10'000)));
-  auto now = h.history().back();
-  CHECK(now.pid == pid);
-  CHECK(now.state == State::kStarting);
-  CHECK_FALSE(now.last_exit.has_value());
-  CHECK(Alive(pid));
-  // A probe that reaches the child and gets no answer: the timeout applies again.
-  h.probe_ok_ = false;
-  h.probe_short_ = false;
-  const auto killed = h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
-  CHECK(killed.last_exit_description.find("did not answer NFS NULL within") != std::string::npos);
+  options.start_timeout = std::chrono::seconds(10);
+  testing_support::FakeTimeSource clock;  // the deadlines move only when told
+  SUBCASE("a real miss after the deadline") {
+    Harness h(options, {"sleep", "1000"}, /*probe_short=*/true, &clock);
+    const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
+    // Some probes have been and gone (before the first, nothing holds the deadline).
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 5; }, milliseconds(10'000)));
+    clock.Advance(options.start_timeout + milliseconds(1));
+    // Probes that could not run, past the deadline: held.
+    const int from = h.probes_;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= from + 30; }, milliseconds(10'000)));
+    auto now = h.history().back();
+    CHECK(now.pid == pid);
+    CHECK(now.state == State::kStarting);
+    CHECK_FALSE(now.last_exit.has_value());
+    CHECK(Alive(pid));
+    // A probe that reaches the child and gets no answer: the timeout applies again.
+    h.probe_ok_ = false;
+    h.probe_short_ = false;
+    const auto killed =
+        h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+    CHECK(killed.last_exit_description.find("did not answer NFS NULL within 10s of starting (") !=
+          std::string::npos);
+  }
+  SUBCASE("a shortage that outlasts another start timeout") {
+    Harness h(options, {"sleep", "1000"}, /*probe_short=*/true, &clock);
+    const pid_t pid = h.WaitFor([](const SupervisorStatus& s) { return s.pid > 0; }).pid;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= 5; }, milliseconds(10'000)));
+    clock.Advance(2 * options.start_timeout);
+    const int from = h.probes_;
+    REQUIRE(testing_support::WaitFor([&] { return h.probes_ >= from + 10; }, milliseconds(10'000)));
+    CHECK(h.history().back().pid == pid);
+    CHECK_FALSE(h.history().back().last_exit.has_value());  // held: not past it yet
+    clock.Advance(milliseconds(1));
+    const auto killed =
+        h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+    CHECK(killed.last_exit_description.find(
+              "did not answer NFS NULL within 10s of starting, nor 10s later while probes could "
+              "not run here (last: could not probe here: socket: Too many open files)") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("the death budget: one death more than allowed is FAILED, then the run ends") {
@@ -363,6 +477,68 @@ TEST_CASE(
     CHECK(last.last_exit->signal == SIGKILL);
     CHECK_FALSE(Alive(pid));
   }
+}
+
+TEST_CASE(
+    "Fail with kKill: the child is SIGKILLed before anything is logged (a blocked log, e.g. a full "
+    "stderr pipe, cannot hold the kill)") {
+  Harness h(FastOptions());
+  const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+  REQUIRE(pid > 0);
+  auto sink = std::make_shared<BlockingSink>("SIGKILL to ganesha");
+  sink->pid = pid;
+  {
+    const DefaultLogTo blocked(sink);
+    h.Run([](Supervisor& s) { s.Fail("lease lost: test", Supervisor::StopSignal::kKill); });
+  }
+  REQUIRE(sink->exited().has_value());
+  CHECK(*sink->exited());
+  if (!*sink->exited()) kill(pid, SIGKILL);
+}
+
+TEST_CASE(
+    "spawn hooks: every spawn (the first, each restart) passes the gate and is announced with its "
+    "pidfd, and a closed gate spawns nothing") {
+  std::atomic<bool> open{true};
+  std::atomic<int> asked{0};
+  std::mutex mu;
+  std::vector<pid_t> announced;
+  Harness h(FastOptions(), {"sleep", "1000"}, false, nullptr,
+            Supervisor::SpawnHooks{
+                .may_spawn =
+                    [&] {
+                      ++asked;
+                      return open.load();
+                    },
+                .spawned =
+                    [&](const ChildProcess& child) {
+                      CHECK(child.pidfd() >= 0);
+                      std::lock_guard lock(mu);
+                      announced.push_back(child.pid());
+                    },
+            });
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  CHECK(asked == 1);
+  {
+    std::lock_guard lock(mu);
+    CHECK(announced == std::vector<pid_t>{first});
+  }
+  kill(first, SIGKILL);
+  const pid_t second = h.WaitFor([&](const SupervisorStatus& s) {
+                          return s.state == State::kServing && s.pid != first;
+                        }).pid;
+  CHECK(asked == 2);
+  {
+    std::lock_guard lock(mu);
+    CHECK(announced == std::vector<pid_t>{first, second});
+  }
+  open = false;
+  kill(second, SIGKILL);
+  REQUIRE(testing_support::WaitFor([&] { return asked >= 3; }, milliseconds(10'000)));
+  // Refused: no child since (the restart was asked for and skipped).
+  CHECK(testing_support::HoldsFor([&] { return h.history().back().pid == 0; }, milliseconds(300)));
+  std::lock_guard lock(mu);
+  CHECK(announced.size() == 2);
 }
 
 TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {

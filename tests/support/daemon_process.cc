@@ -1,11 +1,15 @@
 #include "tests/support/daemon_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -30,6 +34,20 @@ bool WaitReadable(int fd, milliseconds timeout) {
 }
 
 }  // namespace
+
+std::vector<pid_t> ProcessesMentioning(const std::string& text) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    if (args.find(text) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
 
 std::string ShareManagerBinary() {
   if (const char* env = std::getenv("SHAREMGR_BINARY")) return env;
@@ -69,7 +87,12 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->reader_ = std::thread([raw = d.get(), fd = d->child_->output_fd()] {
     char buf[4096];
     while (!raw->stop_reader_) {
-      if (!WaitReadable(fd, milliseconds(50))) continue;
+      if (raw->paused_) {
+        std::this_thread::sleep_for(milliseconds(10));
+        continue;
+      }
+      std::lock_guard reading(raw->read_mu_);
+      if (raw->paused_ || !WaitReadable(fd, milliseconds(50))) continue;
       ssize_t n;
       while ((n = read(fd, buf, sizeof(buf))) > 0) {
         std::lock_guard lock(raw->output_mu_);
@@ -91,6 +114,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
 }
 
 DaemonProcess::~DaemonProcess() {
+  ResumeOutput();  // a daemon blocked on its log could not stop
   if (child_ && !exit_code_) {
     Signal(SIGCONT);
     Signal(SIGTERM);
@@ -110,27 +134,29 @@ DaemonProcess::~DaemonProcess() {
   }
 }
 
-// ganesha dies with its parent (PR_SET_PDEATHSIG): one still running, found by
-// its pid file and its command line, means that broke. It is killed (by pidfd,
-// so never another process that got its pid) and reported, failing the run.
+// What the daemon started dies with it: ganesha by PR_SET_PDEATHSIG, the
+// lease fencer when its channel ends. Both name the state dir on their
+// command line; one still running 2 s after the daemon exited means that
+// broke: it is killed (by pidfd, so never another process that got its pid)
+// and reported, failing the run.
 void DaemonProcess::KillLeftovers() {
   if (state_dir_.empty()) return;
-  std::ifstream pidfile(state_dir_ + "/ganesha.pid");
-  pid_t pid = 0;
-  if (!(pidfile >> pid) || pid <= 1) return;
-  const base::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-  if (pidfd.get() < 0) return;  // gone
-  std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
-  std::stringstream content;
-  content << cmdline.rdbuf();
-  if (content.str().find(state_dir_) == std::string::npos) return;  // a zombie, or not ours
-  // The parent's death signal may still be on its way.
-  if (WaitReadable(pidfd.get(), milliseconds(2000))) return;
-  ReportLeftover(absl::StrCat("ganesha pid ", pid, " (", state_dir_,
-                              ") outlived its share-manager by 2 s: killed"));
-  syscall(SYS_pidfd_send_signal, pidfd.get(), SIGCONT, nullptr, 0);
-  syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
-  (void)WaitReadable(pidfd.get(), milliseconds(5000));
+  for (const pid_t pid : ProcessesMentioning(state_dir_)) {
+    const base::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+    if (pidfd.get() < 0) continue;  // gone
+    if (WaitReadable(pidfd.get(), milliseconds(2000))) continue;
+    // Still the same process (its pid was not reused meanwhile)?
+    const auto still = ProcessesMentioning(state_dir_);
+    if (std::find(still.begin(), still.end(), pid) == still.end()) continue;
+    std::ifstream comm(absl::StrCat("/proc/", pid, "/comm"));
+    std::string name;
+    std::getline(comm, name);
+    ReportLeftover(absl::StrCat(name, " pid ", pid, " (", state_dir_,
+                                ") outlived its share-manager by 2 s: killed"));
+    syscall(SYS_pidfd_send_signal, pidfd.get(), SIGCONT, nullptr, 0);
+    syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+    (void)WaitReadable(pidfd.get(), milliseconds(5000));
+  }
 }
 
 // The daemon unmounts its volume on the way out; a mount left under the
@@ -250,6 +276,28 @@ absl::StatusOr<int> DaemonProcess::WaitExit(milliseconds timeout) {
   }
   return *exit_code_;
 }
+
+absl::Status DaemonProcess::FillOutputPipe() {
+  paused_ = true;
+  { std::lock_guard reading(read_mu_); }  // a read under way has ended
+  // A second writer of the daemon's own stderr pipe.
+  const base::UniqueFd pipe(
+      open(absl::StrCat("/proc/", pid(), "/fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!pipe)
+    return absl::InternalError(absl::StrCat("open the daemon's stderr: ", strerror(errno)));
+  // Whole lines while they fit, then single bytes: full to the last byte.
+  constexpr char kLine[] = "#filler\n";
+  while (write(pipe.get(), kLine, sizeof(kLine) - 1) > 0) {
+  }
+  while (write(pipe.get(), "\n", 1) > 0) {
+  }
+  if (errno != EAGAIN) {
+    return absl::InternalError(absl::StrCat("fill the daemon's stderr: ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void DaemonProcess::ResumeOutput() { paused_ = false; }
 
 std::string DaemonProcess::output() const {
   std::lock_guard lock(output_mu_);

@@ -29,6 +29,10 @@ using std::chrono::milliseconds;
 // The share-manager binary under test (set by the build).
 std::string ShareManagerBinary();
 
+// Live processes (not zombies) whose command line contains `text`, e.g. a
+// daemon's state dir: its ganesha and its lease fencer name it.
+std::vector<pid_t> ProcessesMentioning(const std::string& text);
+
 // Runs a command to completion (30 s at most), capturing stdout+stderr.
 inline supervisor::ProgramResult RunCommand(const std::vector<std::string>& argv,
                                             milliseconds timeout = milliseconds(30'000)) {
@@ -94,6 +98,11 @@ class DaemonProcess {
 
   // Everything the daemon logged so far.
   std::string output() const;
+  // Stands in for a stderr that nobody reads: stops reading the daemon's
+  // output and fills the pipe (with lines "#filler"), so that its next log
+  // write blocks. ResumeOutput drains it again (the filler lands in output()).
+  absl::Status FillOutputPipe();
+  void ResumeOutput();
   std::unique_ptr<sharemanager::v1::ShareManager::Stub> Stub() const;
 
  private:
@@ -108,6 +117,9 @@ class DaemonProcess {
   mutable std::mutex output_mu_;
   std::string output_;
   std::atomic<bool> stop_reader_{false};
+  // Held by the reader while it reads; paused_ keeps it from reading.
+  std::mutex read_mu_;
+  std::atomic<bool> paused_{false};
   std::atomic<bool> output_complete_{false};  // the reader saw the pipe's end
   std::thread reader_;
 };

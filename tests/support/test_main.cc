@@ -1,7 +1,7 @@
 // doctest's main for every test binary. The supervisor takes SIGTERM, SIGINT and
 // SIGCHLD through a signalfd, which needs them blocked in all threads, so
-// block them before doctest (or gRPC) starts any.
-#define DOCTEST_CONFIG_IMPLEMENT
+// block them before doctest (or gRPC) starts any. doctest itself is
+// implemented in doctest_impl.cc.
 #include <doctest/doctest.h>
 #include <signal.h>
 

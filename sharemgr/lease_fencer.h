@@ -1,0 +1,96 @@
+// The serving lease's dead-man switch (issue #12): a small process of its own
+// that SIGKILLs ganesha once the lease's validity has ended without an
+// extension, whatever becomes of share-manager meanwhile.
+//
+// share-manager fences on its own loop too, but only while it is scheduled:
+// SIGSTOPped, its loop stalled, or blocked writing to a full stderr pipe, it
+// cannot, while ganesha (in a process group of its own) goes on answering
+// NFS writes after etcd has let the next epoch in. The fencer:
+//  - is share-manager's own executable run again (`share-manager
+//    lease-fencer`): a fresh single-threaded process in a process group of
+//    its own, not a fork of this multithreaded one;
+//  - holds ganesha's pidfd, passed over a socket (so never another process
+//    that got ganesha's pid), armed anew for each ganesha;
+//  - keeps the lease's valid_until as an absolute CLOCK_BOOTTIME point (a
+//    suspend counts) and SIGKILLs ganesha when it passes;
+//  - when the socket ends (share-manager died), SIGKILLs an armed ganesha at
+//    once and exits.
+// It cannot help when it is frozen with share-manager and ganesha (a whole
+// node or pod frozen): see README "Serving lease".
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "base/unique_fd.h"
+#include "supervisor/child_process.h"
+#include "supervisor/event_loop.h"
+#include "supervisor/log_forwarder.h"
+
+namespace sharemgr {
+
+// The hidden subcommand that runs the fencer (argv[1]); its channel is stdin.
+inline constexpr char kLeaseFencerCommand[] = "lease-fencer";
+// The fencer process: returns its exit code. Call first thing in main, before
+// any thread starts.
+int RunLeaseFencer();
+
+class LeaseFencer {
+ public:
+  // The fencer is gone or cannot be told (it died, its socket failed): the
+  // switch is off, so serving must stop. Loop thread.
+  using Failed = std::function<void(const std::string& why)>;
+
+  // Starts `command` (share-manager's: {"/proc/self/exe", kLeaseFencerCommand,
+  // a tag naming the share}) with the channel as its stdin. Loop thread.
+  static absl::StatusOr<std::unique_ptr<LeaseFencer>> Start(supervisor::EventLoop& loop,
+                                                            const std::vector<std::string>& command,
+                                                            Failed failed);
+  // Stop(1 s) unless stopped.
+  ~LeaseFencer();
+  LeaseFencer(const LeaseFencer&) = delete;
+  LeaseFencer& operator=(const LeaseFencer&) = delete;
+
+  // All below: loop thread.
+  // A new ganesha, to be SIGKILLed at `valid_until` (a BootClock point) unless
+  // extended; replaces the one armed before (which is left alone).
+  absl::Status Arm(const supervisor::ChildProcess& child, base::TimePoint valid_until);
+  // The lease's validity now ends at `valid_until` (renewed, or cut short).
+  // Before the first Arm it is only remembered.
+  absl::Status Extend(base::TimePoint valid_until);
+  // Closes the channel (the fencer SIGKILLs an armed ganesha, then exits) and
+  // waits up to `budget` for it to exit, then SIGKILLs it. Its exit status.
+  absl::StatusOr<supervisor::ChildExit> Stop(base::Duration budget);
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  LeaseFencer(supervisor::EventLoop& loop, supervisor::ChildProcess child, base::UniqueFd channel,
+              Failed failed);
+  absl::Status Send(uint32_t kind, base::TimePoint valid_until, int pidfd, pid_t pid);
+  void OnReports();
+  void OnOutput();
+  void OnExit();
+  void Unwatch();
+
+  supervisor::EventLoop& loop_;
+  std::optional<supervisor::ChildProcess> child_;
+  const pid_t pid_;
+  base::UniqueFd channel_;
+  Failed failed_;
+  supervisor::LineLogger output_;
+  uint64_t channel_token_ = 0;
+  uint64_t output_token_ = 0;
+  uint64_t exit_token_ = 0;
+  bool armed_ = false;
+  std::optional<base::TimePoint> valid_until_;
+};
+
+}  // namespace sharemgr
