@@ -293,6 +293,22 @@ absl::Status ValidatePort(absl::string_view flag, int64_t port) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateListen(absl::string_view flag, const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  int64_t port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
+  }
+  if (auto s = ValidatePort(flag, port); !s.ok()) return s;
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "localhost") return absl::OkStatus();
+  return ValidateIpAddress(flag, host);
+}
+
 absl::Status ValidateOption(absl::string_view flag, absl::string_view value,
                             absl::string_view forbidden) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " is empty"));

@@ -37,6 +37,10 @@ absl::Status ValidateIpAddress(absl::string_view flag, absl::string_view address
 
 absl::Status ValidatePort(absl::string_view flag, int64_t port);
 
+// A listen address: HOST:PORT, [V6]:PORT or :PORT (all interfaces), where
+// HOST is an IP literal or localhost.
+absl::Status ValidateListen(absl::string_view flag, const std::string& listen);
+
 // An NFS client as ganesha's CLIENT block takes it: an IPv4 or IPv6 address,
 // a network in CIDR form (10.0.0.0/8, fd00::/64) or a host name (DNS-1123
 // subdomain). Nothing else: no wildcards, lists or netgroups. Never loopback

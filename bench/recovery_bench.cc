@@ -2,7 +2,9 @@
 // share-manager, and under s6-supervise and supervisord in the same run with
 // the same ganesha config and the same probe (NFS NULL answered + a new file
 // written through NFS). Also: a client call against a frozen share-manager,
-// and share-manager's RSS. Prints a Markdown report.
+// share-manager's RSS, and what --metrics-listen costs (crash -> SERVING,
+// idle CPU and RSS with metrics on and off, side by side). Prints a Markdown
+// report.
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -24,6 +27,7 @@
 #include "sharemgr/exit_codes.h"
 #include "supervisor/nfs_null_probe.h"
 #include "tests/support/daemon_process.h"
+#include "tests/support/http_get.h"
 #include "tests/support/nfs_client.h"
 
 namespace {
@@ -128,8 +132,26 @@ double MemoryMiB(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// CPU time of every thread of `pid` so far, in ns (schedstat: exact, where
+// /proc/PID/stat counts 10 ms ticks).
+int64_t CpuNs(pid_t pid) {
+  int64_t total = 0;
+  std::error_code ignored;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ignored)) {
+    std::ifstream in(task.path() / "schedstat");
+    int64_t ns = 0;
+    if (in >> ns) total += ns;
+  }
+  return total;
+}
+
 struct Options {
   int runs = 20;
+  // The metrics part: crash runs per daemon, the idle window, the scrape period.
+  int metrics_runs = 10;
+  int idle_seconds = 30;
+  int scrape_ms = 1000;
   int peer_hang_runs = 3;
   std::string probe_interval = "1s";
   int probe_failures = 3;
@@ -220,6 +242,116 @@ void BenchShareManager(const Options& o) {
                                  MemoryMiB(pid, "Rss"), MemoryMiB(pid, "Pss"),
                                  MemoryMiB(pid, "Private_Dirty"));
   }
+}
+
+// Scrapes GET /metrics every `period` until destroyed, as a Prometheus would.
+class Scraper {
+ public:
+  Scraper(uint16_t port, milliseconds period)
+      : thread_([this, port, period] {
+          std::unique_lock lock(mu_);
+          while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+            lock.unlock();
+            const auto got = testing_support::HttpGet("127.0.0.1", port, "/metrics");
+            lock.lock();
+            (got.ok() && got->status == 200 ? scrapes_ : failures_)++;
+          }
+        }) {}
+  ~Scraper() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::pair<int, int> counts() {
+    std::lock_guard lock(mu_);
+    return {scrapes_, failures_};
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int scrapes_ = 0;
+  int failures_ = 0;
+  std::thread thread_;
+};
+
+// Two share-managers side by side, one with --metrics-listen (scraped every
+// --scrape-ms), one without: crash -> SERVING alternating between them, then
+// their idle CPU over the same window, then their memory.
+void BenchMetricsCost(const Options& o) {
+  const uint16_t port = base::FreeLoopbackPort();
+  const std::vector<std::string> common = {
+      "--probe-interval", o.probe_interval, "--probe-failures", std::to_string(o.probe_failures),
+      "--max-deaths",     "1000",           "--log-level",      "info"};
+  std::vector<std::string> metered_flags = common;
+  metered_flags.insert(metered_flags.end(), {"--metrics-listen", absl::StrCat("127.0.0.1:", port)});
+  auto off =
+      bench::ValueOrAbort(DaemonProcess::Start({.volume = "bench-off", .extra_flags = common}),
+                          "share-manager (metrics off) did not start");
+  auto on = bench::ValueOrAbort(
+      DaemonProcess::Start({.volume = "bench-on", .extra_flags = metered_flags}),
+      "share-manager (metrics on) did not start");
+  Scraper scraper(port, milliseconds(o.scrape_ms));
+  struct Side {
+    const char* name;
+    DaemonProcess* d;
+    std::unique_ptr<Watcher> watch;
+    Series serving;
+  };
+  Side sides[] = {{"off", off.get(), std::make_unique<Watcher>(*off),
+                   Series("metrics off: SIGKILL -> SERVING again (WatchStatus)")},
+                  {"on", on.get(), std::make_unique<Watcher>(*on),
+                   Series("metrics on: SIGKILL -> SERVING again (WatchStatus)")}};
+  // Each daemon's crashes are more than the 10 s stable run apart (no
+  // backoff); the two alternate, so each waits half that between runs.
+  const milliseconds pause(o.settle_ms / 2);
+  std::this_thread::sleep_for(pause);
+  for (int i = 0; i < o.metrics_runs; ++i) {
+    for (Side& side : sides) {
+      const pid_t pid = GaneshaPid(*side.d);
+      const size_t mark = side.watch->Mark();
+      const auto start = Clock::now();
+      kill(pid, SIGKILL);
+      side.serving.Record(start, side.watch->WaitFor(
+                                     mark,
+                                     [pid](const auto& s) {
+                                       return s.state() == v1::SERVING && s.ganesha_pid() != pid;
+                                     },
+                                     milliseconds(5000)));
+      std::this_thread::sleep_for(pause);
+    }
+  }
+  PrintTable("--metrics-listen: ganesha crash (SIGKILL), metrics off and on alternating",
+             {sides[0].serving, sides[1].serving}, o.metrics_runs);
+
+  // Idle: both over the same window (the watchers stay connected, as a
+  // controller's would; the scraper keeps scraping the metered one).
+  const int64_t off_before = CpuNs(off->pid()), on_before = CpuNs(on->pid());
+  const auto [scrapes_before, failures_before] = scraper.counts();
+  const auto idle_start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(o.idle_seconds));
+  const double window_s = std::chrono::duration<double>(Clock::now() - idle_start).count();
+  const double off_ms = static_cast<double>(CpuNs(off->pid()) - off_before) / 1e6;
+  const double on_ms = static_cast<double>(CpuNs(on->pid()) - on_before) / 1e6;
+  const auto [scrapes_after, failures_after] = scraper.counts();
+  std::cout << absl::StrFormat(
+      "\n### --metrics-listen: share-manager at idle (%.0f s, same window for both; "
+      "the metered one scraped every %d ms: %d scrapes in it, %d failed)\n\n"
+      "| share-manager | CPU in the window | CPU per second | RSS | PSS | private dirty |\n"
+      "|---|---|---|---|---|---|\n",
+      window_s, o.scrape_ms, scrapes_after - scrapes_before, failures_after - failures_before);
+  for (const auto& [name, pid, cpu_ms] : {std::tuple{"metrics off", off->pid(), off_ms},
+                                          std::tuple{"metrics on", on->pid(), on_ms}}) {
+    std::cout << absl::StrFormat(
+        "| %s | %.1f ms | %.3f ms/s (%.3f%% of a core) | %.1f MiB | %.1f MiB | %.1f MiB |\n", name,
+        cpu_ms, cpu_ms / window_s, cpu_ms / window_s / 10.0, MemoryMiB(pid, "Rss"),
+        MemoryMiB(pid, "Pss"), MemoryMiB(pid, "Private_Dirty"));
+  }
+  std::cout.flush();
 }
 
 void BenchFrozenPeer(const Options& o) {
@@ -319,9 +451,17 @@ int main(int argc, char** argv) {
                  "Pause between s6/supervisord runs (> NFS lease, so no grace)")
       ->capture_default_str();
   app.add_option("--hang-cap-ms", o.hang_cap_ms)->capture_default_str();
+  app.add_option("--metrics-runs", o.metrics_runs,
+                 "metrics part: crash runs per share-manager (metrics off, on)")
+      ->capture_default_str();
+  app.add_option("--idle-seconds", o.idle_seconds, "metrics part: the idle CPU window")
+      ->capture_default_str();
+  app.add_option("--scrape-ms", o.scrape_ms,
+                 "metrics part: how often the metered share-manager is scraped")
+      ->capture_default_str();
   std::vector<std::string> only;
   app.add_option("--only", only, "Run just these parts (repeatable; default: all)")
-      ->check(CLI::IsMember({"share-manager", "frozen-peer", "s6", "supervisord"}));
+      ->check(CLI::IsMember({"share-manager", "metrics", "frozen-peer", "s6", "supervisord"}));
   CLI11_PARSE(app, argc, argv);
   auto wanted = [&only](const std::string& part) {
     return only.empty() || std::find(only.begin(), only.end(), part) != only.end();
@@ -331,6 +471,7 @@ int main(int argc, char** argv) {
                "probe = NFS NULL answered, then a new file created and written via libnfs.\n";
   try {
     if (wanted("share-manager")) BenchShareManager(o);
+    if (wanted("metrics")) BenchMetricsCost(o);
     if (wanted("frozen-peer")) BenchFrozenPeer(o);
     if (wanted("s6")) BenchPeer(bench::PeerKind::kS6, o);
     if (wanted("supervisord")) BenchPeer(bench::PeerKind::kSupervisord, o);

@@ -15,7 +15,7 @@ Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connec
     : store_(store),
       runtime_(runtime),
       options_(options),
-      reconciler_(store, runtime, connector, wall, mono, options.reconciler),
+      reconciler_(store, runtime, connector, wall, mono, options.reconciler, options.hooks),
       queue_(std::make_shared<WorkQueue>(options.queue)) {}
 
 Controller::Controller(Store& store, PodRuntime& runtime, ShareConnector& connector,
@@ -57,7 +57,11 @@ void Controller::Stop() {
 
 void Controller::Work() {
   while (auto name = queue_->Get()) {
+    const auto started = std::chrono::steady_clock::now();
     const PassResult result = reconciler_.Reconcile(*name);
+    if (options_.hooks.pass) {
+      options_.hooks.pass(std::chrono::steady_clock::now() - started, result.error.ok());
+    }
     if (!result.error.ok()) {
       spdlog::warn("share {}: {} (retrying with backoff)", *name, result.error.message());
       queue_->AddRateLimited(*name);

@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "controller/controller_hooks.h"
 #include "controller/reconciler.h"
 #include "controller/share_client.h"
 #include "controller/work_queue.h"
@@ -25,6 +26,8 @@ struct ControllerOptions {
   bool watch_health = true;
   // How those watches connect (plaintext or mTLS, as the connector does).
   base::ClientSecurity watch_security;
+  // For metrics (each optional).
+  ControllerHooks hooks;
 };
 
 class Controller {
@@ -42,6 +45,9 @@ class Controller {
   // Enqueues every share and starts the workers.
   absl::Status Start();
   void Stop();
+  // Shares waiting for a worker, and waiting for a timer (a requeue, a
+  // backoff). Any thread.
+  WorkQueue::Depth QueueDepth() const { return queue_->depth(); }
 
  private:
   void Work();

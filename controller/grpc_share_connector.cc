@@ -38,7 +38,7 @@ void GrpcShareConnector::Forget(const std::string& endpoint) {
 
 ShareObservation GrpcShareConnector::Observe(const Pod& pod) {
   if (pod.endpoint.empty()) return {.error = "pod has no endpoint"};
-  auto status = ClientFor(pod.endpoint)->GetStatus();
+  const auto status = Counted("GetStatus", ClientFor(pod.endpoint)->GetStatus());
   if (!status.ok()) {
     if (status.status().code() == absl::StatusCode::kUnavailable) Forget(pod.endpoint);
     return {.error = std::string(status.status().message())};
@@ -70,12 +70,12 @@ absl::StatusOr<uint64_t> GrpcShareConnector::Mount(const Pod& pod, uint64_t epoc
   // The epoch fences the volume's own share-manager, not a stranger's: ask
   // who answers first (one more bounded call).
   auto client = ClientFor(pod.endpoint);
-  auto status = client->GetStatus();
+  const auto status = Counted("GetStatus", client->GetStatus());
   if (!status.ok()) return status.status();
   if (auto foreign = ForeignAnswer(pod, *status); !foreign.empty()) {
     return absl::UnavailableError(foreign);
   }
-  return client->Mount(epoch, generation);
+  return Counted("Mount", client->Mount(epoch, generation));
 }
 
 }  // namespace controller

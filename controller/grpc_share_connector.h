@@ -2,6 +2,7 @@
 // by the client's deadline.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -22,7 +23,12 @@ std::string ForeignAnswer(const Pod& pod, const sharemanager::v1::ShareStatus& s
 
 class GrpcShareConnector final : public ShareConnector {
  public:
-  explicit GrpcShareConnector(ShareClientOptions options = {}) : options_(options) {}
+  // A call to a share-manager that failed: its method (GetStatus, Mount) and
+  // code. For metrics; called on the caller's thread.
+  using RpcErrorHook = std::function<void(const char* method, absl::StatusCode code)>;
+
+  explicit GrpcShareConnector(ShareClientOptions options = {}, RpcErrorHook on_error = nullptr)
+      : options_(options), on_error_(std::move(on_error)) {}
 
   ShareObservation Observe(const Pod& pod) override;
   absl::StatusOr<uint64_t> Mount(const Pod& pod, uint64_t epoch, uint64_t generation) override;
@@ -30,8 +36,15 @@ class GrpcShareConnector final : public ShareConnector {
  private:
   std::shared_ptr<ShareClient> ClientFor(const std::string& endpoint);
   void Forget(const std::string& endpoint);
+  // `result`, after counting it when it failed.
+  template <typename T>
+  absl::StatusOr<T> Counted(const char* method, absl::StatusOr<T> result) const {
+    if (!result.ok() && on_error_) on_error_(method, result.status().code());
+    return result;
+  }
 
   ShareClientOptions options_;
+  const RpcErrorHook on_error_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ShareClient>> clients_ ABSL_GUARDED_BY(mu_);
 };

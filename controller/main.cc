@@ -33,11 +33,13 @@
 #include "base/tls.h"
 #include "base/validate.h"
 #include "controller/controller.h"
+#include "controller/controller_metrics.h"
 #include "controller/etcd_store.h"
 #include "controller/grpc_share_connector.h"
 #include "controller/ha_replica.h"
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
+#include "metrics/endpoint.h"
 
 namespace {
 
@@ -160,7 +162,16 @@ int main(int argc, char** argv) {
   base::AddTlsFlags(app, tls, base::TlsRole::kClient);
   controller::HaFlags ha_flags;
   controller::AddHaFlags(app, ha_flags);
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics (default: off)");
   CLI11_PARSE(app, argc, argv);
+  if (!metrics_listen.empty()) {
+    if (auto v = base::ValidateListen("--metrics-listen", metrics_listen); !v.ok()) {
+      std::cerr << "share-controller: " << v.message() << "\n";
+      return 2;
+    }
+  }
 
   if (!shares_file.empty()) {
     auto content = base::ReadFile(shares_file);
@@ -336,10 +347,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Before anything reports to it; it outlives the endpoint that scrapes it.
+  std::optional<controller::ControllerMetrics> metrics;
+  if (!metrics_listen.empty()) metrics.emplace();
   // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
       {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout)),
-       .security = *security});
+       .security = *security},
+      metrics ? metrics->RpcErrors() : nullptr);
   // The wall clock only stamps the record; every duration is measured on
   // the monotonic clock, so a clock step neither stalls nor hastens a failover.
   controller::SystemWallClock clock;
@@ -353,6 +368,7 @@ int main(int argc, char** argv) {
   options.reconciler.readonly_budget_ms = ParseMs("--readonly-budget", readonly_budget);
   options.reconciler.max_remounts = max_remounts;
   options.watch_security = *security;
+  if (metrics) options.hooks = metrics->Hooks();
   // Holds the work dir until exit: another share-controller on it is refused.
   auto opened =
       controller::LocalPodRuntime::Open({.share_manager_binary = binary,
@@ -387,6 +403,21 @@ int main(int argc, char** argv) {
   });
 
   controller::Controller controller(acting_store, acting_runtime, connector, clock, mono, options);
+  // Declared after the controller: stopped (no scrape) before it goes.
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint;
+  if (metrics) {
+    metrics->SetQueueDepth([&controller] { return controller.QueueDepth(); });
+    auto endpoint = metrics::Endpoint::Start(metrics_listen, metrics->catalogue());
+    if (!endpoint.ok()) {
+      std::cerr << "share-controller: --metrics-listen: " << endpoint.status().message()
+                << " (pods left running)\n";
+      runtime.ShutdownLeavingPods();
+      return 1;
+    }
+    metrics_endpoint = *std::move(endpoint);
+    spdlog::info("metrics (Prometheus text, plain HTTP) on http://{}{}", metrics_listen,
+                 metrics::kMetricsPath);
+  }
   if (auto s = controller.Start(); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << " (pods left running)\n";
     runtime.ShutdownLeavingPods();

@@ -248,13 +248,15 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
 }
 
 Reconciler::Reconciler(Store& store, PodRuntime& runtime, ShareConnector& connector,
-                       const WallClock& wall, const MonotonicClock& mono, ReconcilerOptions options)
+                       const WallClock& wall, const MonotonicClock& mono, ReconcilerOptions options,
+                       ControllerHooks hooks)
     : store_(store),
       runtime_(runtime),
       connector_(connector),
       wall_(wall),
       mono_(mono),
-      options_(options) {}
+      options_(options),
+      hooks_(std::move(hooks)) {}
 
 ShareMarks& Reconciler::MarksFor(const std::string& name) {
   absl::MutexLock lock(&marks_mu_);
@@ -265,12 +267,17 @@ absl::Status Reconciler::Persist(ShareRecord& record, const ShareStatusRecord& s
   // Condition messages carry details that may differ on every pass (an
   // error's text); alone they are not worth a write, which would wake every
   // watcher of the store, this controller included.
-  if (SameIgnoringMessages(record.status(), status)) return absl::OkStatus();
-  ShareRecord next = record;
-  *next.mutable_status() = status;
-  auto stored = store_.Update(next);
-  if (!stored.ok()) return stored.status();
-  record = *std::move(stored);
+  if (!SameIgnoringMessages(record.status(), status)) {
+    ShareRecord next = record;
+    *next.mutable_status() = status;
+    auto stored = store_.Update(next);
+    if (!stored.ok()) {
+      if (IsConflict(stored.status()) && hooks_.store_conflict) hooks_.store_conflict();
+      return stored.status();
+    }
+    record = *std::move(stored);
+  }
+  if (hooks_.phase) hooks_.phase(record.name(), status.phase());
   return absl::OkStatus();
 }
 
@@ -311,6 +318,7 @@ Reconciler::Deletion Reconciler::DeletePods(const std::vector<const Pod*>& pods,
 }
 
 PassResult Reconciler::RemovePods(const std::string& name) {
+  if (hooks_.removed) hooks_.removed(name);
   std::string volume = name;  // shares are named after their volume
   {
     absl::MutexLock lock(&marks_mu_);
@@ -481,6 +489,7 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
     SetPhase(st, v1::PENDING, absl::StrCat("replacing the pod with epoch ", st.epoch()));
     if (auto s = Persist(record, st); !s.ok())
       return {.requeue_after_ms = std::nullopt, .error = s};
+    if (hooks_.replaced) hooks_.replaced();
   }
   // The previous pod may still hold its serving lease: the new one waits,
   // its epoch recorded already.

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "controller/conditions.h"
+#include "controller/controller_hooks.h"
 #include "controller/pod_runtime.h"
 #include "controller/share_connector.h"
 #include "controller/store.h"
@@ -118,8 +119,10 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
 
 class Reconciler {
  public:
+  // `hooks`: the phase, removed, replaced and store_conflict events.
   Reconciler(Store& store, PodRuntime& runtime, ShareConnector& connector, const WallClock& wall,
-             const MonotonicClock& mono, ReconcilerOptions options = {});
+             const MonotonicClock& mono, ReconcilerOptions options = {},
+             ControllerHooks hooks = {});
 
   PassResult Reconcile(const std::string& name);
 
@@ -150,6 +153,7 @@ class Reconciler {
   const WallClock& wall_;
   const MonotonicClock& mono_;
   ReconcilerOptions options_;
+  const ControllerHooks hooks_;
   absl::Mutex marks_mu_;
   // By share name. A share is reconciled by one worker at a time, so an
   // entry is only ever used by one pass; the lock guards the map itself.

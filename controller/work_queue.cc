@@ -142,4 +142,9 @@ void WorkQueue::ShutDown() {
   cv_.SignalAll();
 }
 
+WorkQueue::Depth WorkQueue::depth() {
+  absl::MutexLock lock(&mu_);
+  return {.ready = ready_.size(), .delayed = delayed_.size()};
+}
+
 }  // namespace controller

@@ -46,6 +46,12 @@ class WorkQueue {
 
   size_t Failures(const std::string& key);
 
+  struct Depth {
+    size_t ready = 0;    // waiting for a worker
+    size_t delayed = 0;  // waiting for their time (AddAfter, backoffs)
+  };
+  Depth depth();
+
  private:
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddAfterLocked(const std::string& key, Clock::time_point at)

@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 build_dir=${BUILD_DIR:-build-coverage}
 out=$build_dir/coverage
-folders=(base supervisor sharemgr controller)
+folders=(base metrics supervisor sharemgr controller)
 listed=(supervisor sharemgr controller)
 
 report_only=false branches=false

@@ -11,6 +11,9 @@ packages=(
   libmount-dev libblkid-dev e2fsprogs xfsprogs util-linux fdisk libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   nfs-ganesha nfs-ganesha-vfs
   libnfs-dev libnfs-utils
+  # --metrics-listen (prometheus-cpp: core + pull); the tests parse the
+  # exposition with the Python client's parser
+  prometheus-cpp-dev python3-prometheus-client
   # s6 and supervisor: peers in the side-by-side benchmark (bench/)
   s6 supervisor
   procps iproute2

@@ -14,6 +14,7 @@
 #include "base/tls.h"
 #include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
+#include "sharemgr/rpc_metrics.h"
 #include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
@@ -69,6 +70,15 @@ v1::ShareState ToProto(State state) {
       return v1::STOPPING;
   }
   return v1::SHARE_STATE_UNSPECIFIED;
+}
+
+// Runs a trim or resize for a caller, timed for the metrics (when on).
+template <typename Run>
+auto TimedVolumeOp(ShareMetrics* metrics, VolumeOp op, Run run) {
+  const base::TimePoint start = base::Clock::now();
+  auto result = run();
+  if (metrics != nullptr) metrics->OnVolumeOp(op, result.ok(), base::Clock::now() - start);
+  return result;
 }
 
 v1::VolumeState ToProto(VolumeState state) {
@@ -128,6 +138,7 @@ void FillVolume(const VolumeSnapshot& volume, v1::ShareStatus& out) {
 
 Daemon::Daemon(const DaemonConfig& config)
     : config_(config),
+      metrics_(config.metrics_listen.empty() ? nullptr : std::make_unique<ShareMetrics>()),
       export_probe_(config.probe_host, static_cast<uint16_t>(config.ganesha.input().nfs_port),
                     config.ganesha.input().volume,
                     config.volume ? "" : config.ganesha.input().export_dir),
@@ -200,8 +211,12 @@ ShareCommands Daemon::Commands() {
   commands.attach_volume = [this](ShareCommands::Deadline d) { return owner_->Attach(d); };
   commands.can_release_volume = [this] { return owner_->CanRelease(); };
   commands.release_volume = [this](ShareCommands::Deadline d) { return owner_->Release(d); };
-  commands.trim = [this](ShareCommands::Deadline d) { return owner_->Trim(d); };
-  commands.resize = [this](ShareCommands::Deadline d) { return owner_->Resize(d); };
+  commands.trim = [this](ShareCommands::Deadline d) {
+    return TimedVolumeOp(metrics_.get(), VolumeOp::kTrim, [&] { return owner_->Trim(d); });
+  };
+  commands.resize = [this](ShareCommands::Deadline d) {
+    return TimedVolumeOp(metrics_.get(), VolumeOp::kResize, [&] { return owner_->Resize(d); });
+  };
   return commands;
 }
 
@@ -269,6 +284,19 @@ absl::Status Daemon::StartGrpc() {
   quota.SetMaxThreads(config_.limits.max_watch_streams + config_.limits.max_changes +
                       kThreadsForQuickCalls);
   builder.SetResourceQuota(quota);
+  if (metrics_) {
+    // Every call on --listen and --socket, whatever its service; the health
+    // port's probes are not counted.
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counting;
+    counting.push_back(std::make_unique<RpcMetricsInterceptorFactory>(
+        ServiceMethods(
+            {"sharemanager.v1.ShareManager", "ShareManagerService", "grpc.health.v1.Health"}),
+        [metrics = metrics_.get()](const std::string& method, grpc::StatusCode code,
+                                   base::Clock::duration took) {
+          metrics->OnRpc(method, code, took);
+        }));
+    builder.experimental().SetInterceptorCreators(std::move(counting));
+  }
   builder.RegisterService(&service_);
   if (config_.longhorn_compat) {
     builder.RegisterService(&longhorn_);
@@ -354,6 +382,18 @@ absl::Status Daemon::StartHealthServer() {
   return absl::OkStatus();
 }
 
+absl::Status Daemon::StartMetrics() {
+  if (!metrics_) return absl::OkStatus();
+  auto endpoint = metrics::Endpoint::Start(config_.metrics_listen, metrics_->catalogue());
+  if (!endpoint.ok()) {
+    return absl::UnavailableError(absl::StrCat("--metrics-listen: ", endpoint.status().message()));
+  }
+  metrics_endpoint_ = *std::move(endpoint);
+  spdlog::info("metrics (Prometheus text, plain HTTP) on http://{}{}", config_.metrics_listen,
+               metrics::kMetricsPath);
+  return absl::OkStatus();
+}
+
 void Daemon::BeginServerStop() {
   if (server_stopper_.joinable() || !server_) return;
   server_stopper_ = std::thread([this] {
@@ -368,6 +408,7 @@ void Daemon::BeginServerStop() {
 }
 
 void Daemon::OnSupervisorStatus(const supervisor::SupervisorStatus& status) {
+  if (metrics_) metrics_->OnStatus(status.state, status.pid);
   board_.Update([&](v1::ShareStatus& s) {
     FillSupervisorStatus(status, s);
     FillShare(s);
@@ -393,22 +434,24 @@ void Daemon::OnVolumePrepared(const absl::Status& status) {
     sup_->Fail(std::string(status.message()));
     return;
   }
+  VolumeHooks hooks{
+      .changed = [this] { PublishShare(); },
+      .withdraw_export = [this] { share_.SetVolumeAvailable(false); },
+      .restore_export =
+          [this](bool repaired) {
+            if (repaired) share_.CountRemount();
+            share_.SetVolumeAvailable(true);
+          },
+      .repaired_in_place = [this] { share_.CountRemount(); },
+      .give_up =
+          [this](const std::string& reason) {
+            volume_failed_ = true;
+            sup_->Fail(reason);
+          },
+  };
+  if (metrics_) metrics_->AddVolumeHooks(hooks);
   monitor_.emplace(loop_, *owner_, *config_.volume, config_.volume_probe_interval,
-                   VolumeHooks{
-                       .changed = [this] { PublishShare(); },
-                       .withdraw_export = [this] { share_.SetVolumeAvailable(false); },
-                       .restore_export =
-                           [this](bool repaired) {
-                             if (repaired) share_.CountRemount();
-                             share_.SetVolumeAvailable(true);
-                           },
-                       .repaired_in_place = [this] { share_.CountRemount(); },
-                       .give_up =
-                           [this](const std::string& reason) {
-                             volume_failed_ = true;
-                             sup_->Fail(reason);
-                           },
-                   });
+                   std::move(hooks));
   monitor_for_rpcs_ = &*monitor_;
   share_.SetVolumeReady([this] { return monitor_->Ready(); });
   StartGanesha();
@@ -565,6 +608,10 @@ int Daemon::Run() {
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
     FillShare(s);
   });
+  if (auto status = StartMetrics(); !status.ok()) {
+    spdlog::error("{}", status.message());
+    return kExitStartup;
+  }
   if (auto status = StartGrpc(); !status.ok()) {
     spdlog::error("{}", status.message());
     return kExitStartup;
@@ -577,6 +624,10 @@ int Daemon::Run() {
       [this](base::Duration timeout) { return export_probe_.Probe(timeout); },
       [this] { return share_.CheckReady(); }, clock_);
   sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
+  if (metrics_) {
+    sup_->SetEvents(metrics_->SupervisorEvents([this] { return sup_->DeathBudgetLeft(); }));
+    metrics_->SetDeathBudgetLeft(sup_->DeathBudgetLeft());
+  }
   if (lease_) {
     // Every ganesha (the first, each restart) starts only under a valid
     // lease, and the fencer guards it from its first moment.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "metrics/endpoint.h"
 #include "sharemgr/capped_listener.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/export_probe.h"
@@ -19,6 +20,7 @@
 #include "sharemgr/health_publisher.h"
 #include "sharemgr/lease_fencer.h"
 #include "sharemgr/longhorn_service.h"
+#include "sharemgr/metrics.h"
 #include "sharemgr/serving_lease.h"
 #include "sharemgr/share.h"
 #include "sharemgr/share_service.h"
@@ -49,6 +51,8 @@ class Daemon {
   // Loop thread unless said otherwise.
   absl::Status StartGrpc();
   absl::Status StartHealthServer();
+  // The metrics listener (--metrics-listen), before anything else listens.
+  absl::Status StartMetrics();
   // Prepares the volume (if any) and starts ganesha: at once without a
   // serving lease, once it is taken with one.
   void BeginServing();
@@ -77,6 +81,10 @@ class Daemon {
   int Shutdown();
 
   const DaemonConfig& config_;
+  // With --metrics-listen only. Every part below may call it, so it is
+  // destroyed last, just after its endpoint (whose threads scrape it).
+  std::unique_ptr<ShareMetrics> metrics_;
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint_;
   supervisor::EventLoop loop_;
   base::SteadyTimeSource clock_;
   StatusBoard board_;

@@ -26,22 +26,7 @@ absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string&
   return d;
 }
 
-// HOST:PORT, [V6]:PORT or :PORT (all interfaces).
-absl::Status ValidateListen(absl::string_view flag, const std::string& listen) {
-  const auto colon = listen.rfind(':');
-  int64_t port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", listen, "' must be HOST:PORT, e.g. 0.0.0.0:9600"));
-  }
-  if (auto s = base::ValidatePort(flag, port); !s.ok()) return s;
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || host == "localhost") return absl::OkStatus();
-  return base::ValidateIpAddress(flag, host);
-}
+using base::ValidateListen;
 
 // --lease-*: the serving lease, or nullopt without --lease-etcd.
 absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
@@ -137,6 +122,8 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--health-listen", f.health_listen,
                  "Plaintext address serving only grpc.health.v1 (kubelet gRPC probes), or none")
       ->capture_default_str();
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics (default: off)");
   base::AddTlsFlags(app, f.tls, base::TlsRole::kServer);
   app.add_option("--socket", f.socket,
                  "Also serve gRPC on this unix socket path (mode 0600; its directory must not "
@@ -277,6 +264,9 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (f.health_listen != "none") {
     if (auto s = ValidateListen("--health-listen", f.health_listen); !s.ok()) return s;
     health_listen = f.health_listen;
+  }
+  if (!f.metrics_listen.empty()) {
+    if (auto s = ValidateListen("--metrics-listen", f.metrics_listen); !s.ok()) return s;
   }
   auto tls = base::ResolveTlsFiles(f.tls);
   if (!tls.ok()) return tls.status();
@@ -429,6 +419,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .ganesha = *std::move(ganesha),
       .listen = f.listen,
       .health_listen = health_listen,
+      .metrics_listen = f.metrics_listen,
       .tls = *tls,
       .tls_allowed_clients = f.tls.allowed_clients,
       .socket = socket,

@@ -31,6 +31,8 @@ struct DaemonFlags {
   std::string listen = "0.0.0.0:9600";
   // Plaintext grpc.health.v1 only, for kubelet probes; "none" disables it.
   std::string health_listen = "0.0.0.0:9601";
+  // Prometheus metrics over plain HTTP (GET /metrics only); empty: off.
+  std::string metrics_listen;
   base::TlsFlags tls;
   std::string socket;
   std::string socket_group;
@@ -104,7 +106,8 @@ inline constexpr base::Duration kMaxLeaseTtl{300'000};  // 5 min
 struct DaemonConfig {
   GaneshaConfig ganesha;
   std::string listen;
-  std::string health_listen;  // empty: no health port
+  std::string health_listen;   // empty: no health port
+  std::string metrics_listen;  // empty: no metrics
   // --listen serves mutual TLS only with these; the unix socket stays plaintext.
   std::optional<base::TlsFiles> tls;
   std::vector<std::string> tls_allowed_clients;

@@ -434,17 +434,17 @@ absl::StatusOr<uint64_t> Volume::Trim() const {
   return static_cast<uint64_t>(range.len);
 }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> Volume::Usage() const {
-  return VolumeUsage(config_.target);
-}
+absl::StatusOr<FsUsage> Volume::Usage() const { return VolumeUsage(config_.target); }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> VolumeUsage(const std::string& target) {
+absl::StatusOr<FsUsage> VolumeUsage(const std::string& target) {
   struct statvfs vfs {};
   if (statvfs(target.c_str(), &vfs) != 0) {
     return absl::UnavailableError(absl::StrCat("statvfs ", target, ": ", std::strerror(errno)));
   }
-  return std::pair<uint64_t, uint64_t>{static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
-                                       static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize};
+  return FsUsage{.size_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize,
+                 .free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize,
+                 .inodes = static_cast<uint64_t>(vfs.f_files),
+                 .free_inodes = static_cast<uint64_t>(vfs.f_favail)};
 }
 
 absl::StatusOr<ResizeResult> Volume::Resize() const {
@@ -464,7 +464,7 @@ absl::StatusOr<ResizeResult> Volume::Resize() const {
   if (!status.ok()) return status;
   auto after = Usage();
   if (!after.ok()) return after.status();
-  return ResizeResult{.old_size_bytes = before->first, .new_size_bytes = after->first};
+  return ResizeResult{.old_size_bytes = before->size_bytes, .new_size_bytes = after->size_bytes};
 }
 
 absl::Status Volume::Prepare() {

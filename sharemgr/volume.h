@@ -74,8 +74,16 @@ struct ResizeResult {
 MountState ReadMountState(const std::string& target);
 // The same from mountinfo text (the tests and the fuzz target parse their own).
 MountState ParseMountState(const std::string& mountinfo, const std::string& target);
-// Filesystem size and free bytes of the mount at `target` (statvfs).
-absl::StatusOr<std::pair<uint64_t, uint64_t>> VolumeUsage(const std::string& target);
+// What statvfs says of a mounted filesystem. Free counts are those an
+// unprivileged user may take (f_bavail; inodes: f_favail).
+struct FsUsage {
+  uint64_t size_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t inodes = 0;
+  uint64_t free_inodes = 0;
+};
+// The usage of the mount at `target` (statvfs).
+absl::StatusOr<FsUsage> VolumeUsage(const std::string& target);
 
 class Volume {
  public:
@@ -113,8 +121,8 @@ class Volume {
   absl::StatusOr<uint64_t> Trim() const;
   // Grows the filesystem to the device's size.
   absl::StatusOr<ResizeResult> Resize() const;
-  // Filesystem size and free bytes (statvfs of the target).
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> Usage() const;
+  // Filesystem usage (statvfs of the target).
+  absl::StatusOr<FsUsage> Usage() const;
 
   const VolumeConfig& config() const { return config_; }
 

@@ -146,8 +146,7 @@ void VolumeMonitor::Check() {
           h.detail = absl::StrCat(volume.target, " is mounted read-only");
         }
         if (auto usage = VolumeUsage(volume.target); usage.ok() && h.mount.mounted) {
-          h.size_bytes = usage->first;
-          h.free_bytes = usage->second;
+          h.usage = *usage;
         }
         return absl::OkStatus();
       },
@@ -177,8 +176,15 @@ void VolumeMonitor::OnHealth(Health health) {
       spdlog::log(level, "volume {}: {}", volume_.device, health.detail);
     }
   }
-  size_bytes_ = health.size_bytes;
-  free_bytes_ = health.free_bytes;
+  const auto read_only = [](VolumeCondition c) {
+    return c == VolumeCondition::kReadOnly || c == VolumeCondition::kFsError;
+  };
+  if (read_only(health.condition) && !read_only(health_.condition) && hooks_.turned_read_only) {
+    hooks_.turned_read_only();
+  }
+  size_bytes_ = health.usage ? health.usage->size_bytes : 0;
+  free_bytes_ = health.usage ? health.usage->free_bytes : 0;
+  if (health.usage && hooks_.usage) hooks_.usage(*health.usage);
   health_ = std::move(health);
   if (changed) hooks_.changed();
   // A stuck probe cannot be repaired from here (an unmount would hang too), and
@@ -192,6 +198,7 @@ void VolumeMonitor::OnHealth(Health health) {
 void VolumeMonitor::Repair() {
   repair_requested_ = true;
   ++repairs_;
+  repair_started_ = base::Clock::now();
   if (health_.condition == VolumeCondition::kReadOnly) {
     spdlog::info("repairing {}: remount read-write", volume_.target);
     owner_.RepairInPlace(health_.detail,
@@ -204,6 +211,7 @@ void VolumeMonitor::Repair() {
 void VolumeMonitor::RepairFull() {
   spdlog::info("repairing {}: unexport, then check the device, unmount, check, mount, re-export",
                volume_.device);
+  repair_started_ = base::Clock::now();
   hooks_.withdraw_export();
   hooks_.changed();
   owner_.RepairFull(health_.detail,
@@ -216,11 +224,16 @@ void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
   if (!result.ok()) {
     // A failed in-place remount escalates to the full cycle; a failed full
     // repair (or a spent repair budget) ends the share.
-    if (in_place && state == VolumeState::kMounted) return RepairFull();
+    if (in_place && state == VolumeState::kMounted) {
+      ReportRepair(in_place, RepairOutcome::kFailed);
+      return RepairFull();
+    }
     repair_requested_ = false;
     if (state == VolumeState::kFailed) {
+      ReportRepair(in_place, RepairOutcome::kFailed);
       hooks_.give_up(owner_.Snapshot().detail);
     } else {
+      ReportRepair(in_place, RepairOutcome::kNotRun);
       // Not run (released by Unmount meanwhile): the export was withdrawn for
       // nothing; it comes back as it was.
       spdlog::warn("repair of {} not run: {}", volume_.device, result.message());
@@ -230,6 +243,7 @@ void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
     return;
   }
   repair_requested_ = false;
+  ReportRepair(in_place, RepairOutcome::kOk);
   // The repair made the volume healthy; the next probe confirms it.
   health_.condition = VolumeCondition::kHealthy;
   health_.detail.clear();
@@ -244,6 +258,13 @@ void VolumeMonitor::OnRepairDone(bool in_place, const absl::Status& result) {
   // the next NFS probe.
   hooks_.changed();
   Check();
+}
+
+void VolumeMonitor::ReportRepair(bool in_place, RepairOutcome outcome) const {
+  if (hooks_.repaired) {
+    hooks_.repaired(in_place ? RepairKind::kRemount : RepairKind::kFull, outcome,
+                    base::Clock::now() - repair_started_);
+  }
 }
 
 absl::Status VolumeMonitor::Ready() const {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,16 @@
 namespace sharemgr {
 
 enum class VolumeCondition { kHealthy, kReadOnly, kFsError, kUnmounted, kStuck, kReleased };
+
+// The two repairs: remount read-write in place, or the full cycle (unexport,
+// device check, unmount, fsck, mount, re-export).
+enum class RepairKind { kRemount, kFull };
+enum class RepairOutcome {
+  kOk,
+  kFailed,  // an in-place remount that escalates to the full cycle, or a full one that fails the
+            // share
+  kNotRun,  // the volume was released (Unmount) before it could run
+};
 
 struct VolumeHooks {
   // Readiness inputs changed (re-evaluate and publish).
@@ -41,6 +52,13 @@ struct VolumeHooks {
   std::function<void()> repaired_in_place;
   // Repair is impossible (or the repair budget is spent): the daemon fails.
   std::function<void(const std::string& reason)> give_up;
+  // For metrics; each optional. The volume turned read-only (remounted so by
+  // someone, or a filesystem error): once per event.
+  std::function<void()> turned_read_only;
+  // A repair ended: which, how, and how long since it was asked for.
+  std::function<void(RepairKind kind, RepairOutcome outcome, base::Clock::duration took)> repaired;
+  // What each probe of the mounted volume found (statvfs).
+  std::function<void(const FsUsage& usage)> usage;
 };
 
 class VolumeMonitor {
@@ -73,14 +91,14 @@ class VolumeMonitor {
     VolumeCondition condition = VolumeCondition::kHealthy;
     std::string detail;
     MountState mount;
-    uint64_t size_bytes = 0;
-    uint64_t free_bytes = 0;
+    std::optional<FsUsage> usage;  // when mounted and statvfs answered
   };
   void Check();
   void OnHealth(Health health);
   void Repair();
   void RepairFull();
   void OnRepairDone(bool in_place, const absl::Status& result);
+  void ReportRepair(bool in_place, RepairOutcome outcome) const;
   // Runs `done` on the loop thread, unless this monitor is gone by then.
   VolumeOwner::Done OnLoop(std::function<void(absl::Status)> done);
 
@@ -92,6 +110,8 @@ class VolumeMonitor {
   Health health_;
   // A repair was handed to the owner and has not reported back.
   bool repair_requested_ = false;
+  // When the repair under way was asked for (metrics time it from there).
+  base::TimePoint repair_started_{};
   // Counts repair requests and their ends: a probe result from before the
   // latest of them describes a volume that has changed since.
   uint64_t repairs_ = 0;

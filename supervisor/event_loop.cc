@@ -69,10 +69,7 @@ void EventLoop::RunPosted() {
   for (auto& task : tasks) task();
 }
 
-void EventLoop::Tick() {
-  last_tick_ms_ =
-      std::chrono::duration_cast<base::Duration>(base::Clock::now().time_since_epoch()).count();
-}
+void EventLoop::Tick() { last_tick_ns_ = base::Clock::now().time_since_epoch().count(); }
 
 void EventLoop::Run() {
   running_ = true;

@@ -42,7 +42,7 @@ class EventLoop {
   // When the loop last woke up (base::TimePoint{} until Run() starts); read by the
   // liveness watchdog from any thread.
   base::TimePoint last_tick() const {
-    return base::TimePoint(base::Duration(last_tick_ms_.load()));
+    return base::TimePoint(base::Clock::duration(last_tick_ns_.load()));
   }
 
  private:
@@ -60,7 +60,8 @@ class EventLoop {
   absl::Mutex posted_mu_;
   std::vector<Task> posted_ ABSL_GUARDED_BY(posted_mu_);
   bool running_ = false;
-  std::atomic<int64_t> last_tick_ms_{0};
+  // Nanoseconds: metrics time a child's exit from the wake-up that reported it.
+  std::atomic<int64_t> last_tick_ns_{0};
 };
 
 // A timerfd on the loop: one-shot or periodic, on CLOCK_MONOTONIC unless

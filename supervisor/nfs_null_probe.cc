@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/socket_address.h"
 #include "base/unique_fd.h"
 
 namespace supervisor {
@@ -142,24 +143,11 @@ absl::Status ReadExactly(int fd, uint8_t* buf, size_t len, base::TimePoint deadl
 
 absl::StatusOr<base::UniqueFd> Connect(const std::string& host, uint16_t port,
                                        base::TimePoint deadline) {
-  sockaddr_storage addr{};
-  socklen_t addr_len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    addr_len = sizeof(*v4);
-  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    addr_len = sizeof(*v6);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("not an IP address: ", host));
-  }
-  base::UniqueFd fd(socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  const auto addr = base::IpSocketAddress(host, port);
+  if (!addr.ok()) return addr.status();
+  base::UniqueFd fd(socket(addr->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return ConnectErrno("socket");
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
+  if (connect(fd.get(), addr->get(), addr->length) != 0) {
     if (errno != EINPROGRESS) return ConnectErrno("connect");
     if (auto s = WaitFor(fd.get(), POLLOUT, deadline, "connecting"); !s.ok()) return s;
     int err = 0;

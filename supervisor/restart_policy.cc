@@ -6,7 +6,7 @@ namespace supervisor {
 
 RestartDecision RestartPolicy::OnDeath(base::TimePoint now) {
   deaths_.push_back(now);
-  while (!deaths_.empty() && now - deaths_.front() > options_.death_window) deaths_.pop_front();
+  while (!deaths_.empty() && !InWindow(deaths_.front(), now)) deaths_.pop_front();
 
   if (now - last_start_ >= options_.stable_after) streak_ = 0;
   RestartDecision decision;
@@ -19,6 +19,11 @@ RestartDecision RestartPolicy::OnDeath(base::TimePoint now) {
   }
   ++streak_;
   return decision;
+}
+
+int RestartPolicy::DeathsInWindow(base::TimePoint now) const {
+  return static_cast<int>(
+      std::count_if(deaths_.begin(), deaths_.end(), [&](auto d) { return InWindow(d, now); }));
 }
 
 }  // namespace supervisor

@@ -32,10 +32,16 @@ class RestartPolicy {
 
   void OnStart(base::TimePoint now) { last_start_ = now; }
   RestartDecision OnDeath(base::TimePoint now);
+  // Deaths within the window that ends at `now`.
+  int DeathsInWindow(base::TimePoint now) const;
 
   const RestartPolicyOptions& options() const { return options_; }
 
  private:
+  bool InWindow(base::TimePoint death, base::TimePoint now) const {
+    return now - death <= options_.death_window;
+  }
+
   RestartPolicyOptions options_;
   std::deque<base::TimePoint> deaths_;
   base::TimePoint last_start_{};

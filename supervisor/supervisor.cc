@@ -141,6 +141,7 @@ void Supervisor::SpawnChild() {
     instance_++;
     kill_reason_.clear();
     const auto decision = policy_.OnDeath(now);
+    ReportDeath(DeathCause::kNotStarted, *status_.last_exit, base::Clock::now(), !decision.give_up);
     if (decision.give_up) {
       machine_.TransitionTo(State::kFailed,
                             absl::StrCat("cannot start ganesha: ", child.status().message()));
@@ -188,6 +189,8 @@ void Supervisor::OnChildOutput() {
 }
 
 void Supervisor::OnChildExit() {
+  // The pidfd woke this loop turn: its wake-up is when the exit was reported.
+  const base::TimePoint noticed = loop_.last_tick();
   OnChildOutput();
   output_->Flush();
   if (log_file_) log_file_->Drain();
@@ -217,6 +220,10 @@ void Supervisor::OnChildExit() {
   }
   if (status_.state == State::kFailed) return;
   const auto decision = policy_.OnDeath(clock_.Now());
+  ReportDeath(kill_reason_.empty()
+                  ? (exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited)
+                  : kill_cause_,
+              *exit, noticed, !decision.give_up);
   if (decision.give_up) {
     machine_.TransitionTo(
         State::kFailed,
@@ -236,6 +243,20 @@ void Supervisor::OnChildExit() {
   status_.restarts++;
   Publish();
   restart_timer_.Arm(decision.delay);
+}
+
+void Supervisor::ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
+                             bool restarting) {
+  if (!events_.died) return;
+  events_.died(Death{.cause = cause,
+                     .exit = exit,
+                     .noticed = noticed,
+                     .detection = base::Clock::now() - noticed,
+                     .restarting = restarting});
+}
+
+int Supervisor::DeathBudgetLeft() const {
+  return std::max(0, options_.restart.max_deaths - policy_.DeathsInWindow(clock_.Now()));
 }
 
 void Supervisor::OnSignal() {
@@ -272,7 +293,8 @@ void Supervisor::OnProbeTimer() {
   // that never starts answering.
   if (!answered_ && clock_.Now() > start_deadline_ &&
       (!probe_short_ || clock_.Now() > start_deadline_ + options_.start_timeout)) {
-    Kill(absl::StrCat("ganesha did not answer NFS NULL within ",
+    Kill(DeathCause::kStartTimeout,
+         absl::StrCat("ganesha did not answer NFS NULL within ",
                       base::FormatDuration(options_.start_timeout), " of starting",
                       probe_short_
                           ? absl::StrCat(", nor ", base::FormatDuration(options_.start_timeout),
@@ -284,17 +306,22 @@ void Supervisor::OnProbeTimer() {
   // A probe still in flight (waiting out its timeout) runs again as soon as it
   // returns, so a hung child is missed once per interval, not every other one.
   const uint64_t instance = instance_;
+  // Carried with the result: another probe may start before this one's result
+  // is handled.
+  const base::TimePoint sent = base::Clock::now();
   probe_pending_ = !probe_worker_.TryRun(
       [prober = prober_, timeout = options_.probe_interval] { return prober(timeout); },
-      [this, instance](absl::Status result) { OnProbeResult(instance, std::move(result)); });
+      [this, instance, sent](absl::Status result) {
+        OnProbeResult(instance, sent, std::move(result));
+      });
 }
 
-void Supervisor::OnProbeResult(uint64_t instance, absl::Status result) {
-  HandleProbeResult(instance, std::move(result));
+void Supervisor::OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {
+  HandleProbeResult(instance, sent, std::move(result));
   if (probe_pending_ && child_ && kill_reason_.empty()) OnProbeTimer();
 }
 
-void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
+void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {
   if (instance != instance_ || !child_ || !kill_reason_.empty()) return;
   if (status_.state == State::kStopping || status_.state == State::kFailed) return;
   // Out of descriptors or memory here (a flood on our own ports, say): the
@@ -317,14 +344,16 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
       return;
     }
     CountMiss(absl::StrCat(options_.probe_failures,
-                           " probes in a row could not run here: ", result.message()));
+                           " probes in a row could not run here: ", result.message()),
+              sent);
     return;
   }
   short_rounds_ = 0;
+  if (events_.probed) events_.probed(base::Clock::now() - sent, result.ok());
   if (!result.ok()) {
     last_probe_error_ = std::string(result.message());
     if (!answered_) return;  // still starting; the start timeout bounds this
-    CountMiss(std::string(result.message()));
+    CountMiss(std::string(result.message()), sent);
     return;
   }
   if (misses_ > 0) spdlog::info("NFS NULL probe answered again after {} misses", misses_);
@@ -342,11 +371,14 @@ void Supervisor::HandleProbeResult(uint64_t instance, absl::Status result) {
   }
 }
 
-void Supervisor::CountMiss(const std::string& last) {
-  ++misses_;
+void Supervisor::CountMiss(const std::string& last, base::TimePoint sent) {
+  if (++misses_ == 1) first_miss_sent_ = sent;
   spdlog::warn("NFS NULL probe missed ({}/{}): {}", misses_, options_.probe_failures, last);
+  if (events_.missed) events_.missed();
   if (misses_ >= options_.probe_failures) {
-    Kill(absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ", last, ")"));
+    if (events_.hang_detected) events_.hang_detected(base::Clock::now() - first_miss_sent_);
+    Kill(DeathCause::kHung,
+         absl::StrCat("hung: ", misses_, " NFS NULL probes missed in a row (last: ", last, ")"));
   }
 }
 
@@ -375,12 +407,15 @@ void Supervisor::Reevaluate() {
   }
 }
 
-void Supervisor::Kill(std::string reason) {
+void Supervisor::Kill(DeathCause cause, std::string reason) {
   if (!child_) return;
+  // Signalled before the synchronous log, as in Fail: a full stderr must not
+  // hold the kill.
+  child_->SignalGroup(SIGKILL);
   spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
   kill_reason_ = std::move(reason);
+  kill_cause_ = cause;
   if (machine_.TransitionTo(State::kDegraded, kill_reason_)) Publish();
-  child_->SignalGroup(SIGKILL);
 }
 
 void Supervisor::SignalChild(int sig) {

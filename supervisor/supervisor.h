@@ -55,6 +55,45 @@ struct SupervisorStatus {
 
 enum class Outcome { kStopped, kFailed };
 
+// Why ganesha died, as the supervisor tells.
+enum class DeathCause {
+  kExited,        // it exited by itself (any code)
+  kSignaled,      // a signal not sent here ended it: a crash, the OOM killer, kill -9
+  kHung,          // SIGKILLed here after --probe-failures missed probes in a row
+  kStartTimeout,  // SIGKILLed here: no answer within --start-timeout of starting
+  kNotStarted,    // it could not be executed at all
+};
+
+// A death the restart policy counted (not the end of a stop, nor a kill
+// that goes with FAILED).
+struct Death {
+  DeathCause cause = DeathCause::kExited;
+  ChildExit exit;  // {127, 0} when it could not be executed
+  // When the loop woke up to the exit: the kernel makes the pidfd readable as
+  // the process exits, so this is the exit, give or take the loop's latency.
+  base::TimePoint noticed{};
+  // From `noticed` until the death was reaped and judged (restart or give up).
+  base::Clock::duration detection{};
+  bool restarting = false;  // false: the death budget is spent (FAILED)
+};
+
+// What the supervisor saw, for metrics. Every hook is optional and runs on
+// the loop thread; times are the steady clock's, not the injected TimeSource.
+struct SupervisorEvents {
+  std::function<void(const Death&)> died;
+  // A probe of a running ganesha returned after `took`, answered or not
+  // (probes that could not run here are not reported).
+  std::function<void(base::Clock::duration took, bool answered)> probed;
+  // A miss towards a hang: a probe of an answering ganesha that failed, or
+  // --probe-failures rounds in a row that could not run here. Failures before
+  // the first answer are no misses.
+  std::function<void()> missed;
+  // A hang was declared: from the moment the first missed probe went out
+  // until the decision to kill (a lower bound of the hang's age, by at most
+  // one probe interval).
+  std::function<void(base::Clock::duration since_first_miss)> hang_detected;
+};
+
 class Supervisor {
  public:
   // Runs on a worker thread; must return within `timeout`. ResourceExhausted
@@ -86,6 +125,10 @@ class Supervisor {
     std::function<void(const ChildProcess&)> spawned;
   };
   void SetSpawnHooks(SpawnHooks hooks) { spawn_hooks_ = std::move(hooks); }
+  void SetEvents(SupervisorEvents events) { events_ = std::move(events); }
+  // Deaths the budget still allows within the window before the next one
+  // fails the share: --max-deaths minus the deaths of the last --death-window.
+  int DeathBudgetLeft() const;
   // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
@@ -121,11 +164,15 @@ class Supervisor {
   void OnSignal();
   void ReapOrphans();
   void OnProbeTimer();
-  void OnProbeResult(uint64_t instance, absl::Status result);
-  void HandleProbeResult(uint64_t instance, absl::Status result);
-  // A probe missed (`last` says why); probe_failures in a row kill the child.
-  void CountMiss(const std::string& last);
-  void Kill(std::string reason);
+  // `sent`: when that probe went out (steady clock), for events_.
+  void OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
+  void HandleProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result);
+  // A probe missed (`last` says why; `sent`: when it went out); probe_failures
+  // in a row kill the child.
+  void CountMiss(const std::string& last, base::TimePoint sent);
+  void Kill(DeathCause cause, std::string reason);
+  void ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
+                   bool restarting);
   void Finish(Outcome outcome);
   void Publish();
   void Unwatch(uint64_t& token);
@@ -140,6 +187,7 @@ class Supervisor {
   SupervisorStatus status_;
   std::vector<StatusObserver> observers_;
   SpawnHooks spawn_hooks_;
+  SupervisorEvents events_;
 
   std::optional<ChildProcess> child_;
   uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored
@@ -160,6 +208,10 @@ class Supervisor {
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;
+  DeathCause kill_cause_ = DeathCause::kSignaled;
+  // When the first of the current run of missed probes went out (steady
+  // clock, for events_).
+  base::TimePoint first_miss_sent_{};
   base::TimePoint start_deadline_{};
   std::optional<base::TimePoint> fast_until_;
   std::optional<Outcome> outcome_;

@@ -8,7 +8,7 @@ if [[ -d .git ]]; then
   mapfile -t cxx < <(git ls-files '*.cc' '*.h')
   mapfile -t sh < <(git ls-files '*.sh' .ci/run)
 else # an unpacked source tarball
-  mapfile -t cxx < <(find proto base supervisor sharemgr controller tests bench -name '*.cc' -o -name '*.h')
+  mapfile -t cxx < <(find proto base metrics supervisor sharemgr controller tests bench -name '*.cc' -o -name '*.h')
   mapfile -t sh < <(find scripts container tests bench -name '*.sh'; echo .ci/run)
 fi
 status=0

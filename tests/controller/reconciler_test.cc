@@ -972,3 +972,98 @@ TEST_CASE("restart mid-failover over the same store: one live pod, the failover 
 }
 
 }  // namespace controller
+
+namespace controller {
+namespace {
+
+// What the reconciler's hooks reported, in order.
+struct HookLog {
+  std::vector<std::pair<std::string, pb::Phase>> phases;
+  std::vector<std::string> removed;
+  int replaced = 0;
+  int conflicts = 0;
+
+  ControllerHooks Hooks() {
+    return {.phase = [this](const std::string& s, pb::Phase p) { phases.emplace_back(s, p); },
+            .removed = [this](const std::string& s) { removed.push_back(s); },
+            .replaced = [this] { replaced++; },
+            .store_conflict = [this] { conflicts++; }};
+  }
+};
+
+// Someone else writes the record just before each of the next `races` updates:
+// each of them then carries a stale resource_version.
+class RacingStore final : public Store {
+ public:
+  explicit RacingStore(Store& inner) : inner_(inner) {}
+  absl::StatusOr<ShareRecord> Get(const std::string& name) override { return inner_.Get(name); }
+  absl::StatusOr<std::vector<ShareRecord>> List() override { return inner_.List(); }
+  absl::StatusOr<ShareRecord> Create(ShareRecord record) override { return inner_.Create(record); }
+  absl::StatusOr<ShareRecord> Update(const ShareRecord& record) override {
+    if (races > 0) {
+      races--;
+      auto current = inner_.Get(record.name());
+      if (current.ok()) (void)inner_.Update(*current);
+    }
+    return inner_.Update(record);
+  }
+  absl::Status Delete(const std::string& name) override { return inner_.Delete(name); }
+  void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
+
+  int races = 0;
+
+ private:
+  Store& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("hooks: the phase each pass records, one replacement per new epoch, removal") {
+  HookLog log;
+  Sim sim;
+  sim.hooks = log.Hooks();
+  sim.Restart();
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  REQUIRE_FALSE(log.phases.empty());
+  CHECK(log.phases.front() == std::pair<std::string, pb::Phase>{"vol", pb::PENDING});
+  CHECK(log.phases.back() == std::pair<std::string, pb::Phase>{"vol", pb::RUNNING});
+  CHECK(log.replaced == 0);
+  // A pass that changes nothing still reports the phase (after a restart the
+  // controller learns every share's phase this way).
+  const size_t before = log.phases.size();
+  sim.Pass("vol");
+  CHECK(log.phases.size() == before + 1);
+  CHECK(log.phases.back().second == pb::RUNNING);
+
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK(log.replaced == 1);
+  CHECK(log.conflicts == 0);
+  CHECK(log.removed.empty());
+
+  REQUIRE(sim.memory.Delete("vol").ok());
+  sim.Pass("vol");
+  CHECK(log.removed == std::vector<std::string>{"vol"});
+}
+
+TEST_CASE("hooks: a write refused for a stale resource_version is one store conflict") {
+  HookLog log;
+  MemoryStore memory;
+  RacingStore racing(memory);
+  SimulatedCluster cluster;
+  FakeWallClock clock;
+  Reconciler reconciler(racing, cluster, cluster, clock, clock, {}, log.Hooks());
+  REQUIRE(memory.Create(ServedShare("vol")).ok());
+  racing.races = 1;
+  const PassResult result = reconciler.Reconcile("vol");
+  CHECK(IsConflict(result.error));
+  CHECK(log.conflicts == 1);
+  CHECK(log.phases.empty());  // nothing was recorded
+  CHECK(reconciler.Reconcile("vol").error.ok());
+  CHECK(log.conflicts == 1);
+  CHECK(log.phases.size() >= 1);
+}
+
+}  // namespace controller

@@ -47,7 +47,8 @@ struct Sim {
   // A controller restart: a new Reconciler (no in-memory state) over the
   // same store, cluster and clocks.
   void Restart() {
-    reconciler = std::make_unique<Reconciler>(store, runtime, cluster, clock, clock, options);
+    reconciler =
+        std::make_unique<Reconciler>(store, runtime, cluster, clock, clock, options, hooks);
   }
   // Runs passes (advancing the clock by step_ms) until the share is RUNNING.
   bool RunUntilRunning(const std::string& name, int max_passes = 50, int64_t step_ms = 100) {
@@ -61,7 +62,8 @@ struct Sim {
   std::string CurrentPod(const std::string& name) { return Get(name).status().pod(); }
 
   ReconcilerOptions options;
-  FakeWallClock clock;  // before the cluster: it reports repair times on it
+  ControllerHooks hooks;  // a Restart() hands them to the new Reconciler
+  FakeWallClock clock;    // before the cluster: it reports repair times on it
   MemoryStore memory;
   FaultyStore store{memory};
   SimulatedCluster cluster{&clock};

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "base/files.h"
 #include "base/loopback_port.h"
@@ -27,7 +28,9 @@
 #include "controller/memory_store.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/http_get.h"
 #include "tests/support/make_loop.h"
+#include "tests/support/metrics_scrape.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/program_process.h"
 #include "tests/support/require_ok.h"
@@ -664,6 +667,83 @@ TEST_CASE("share-controller refuses a bad --store, and exits 1 when etcd cannot 
   CHECK(code == 1);
   CHECK_MESSAGE(output.find(nobody) != std::string::npos, output);
   CHECK(!std::filesystem::exists(work + "/vol-cli"));  // no pod was started
+}
+
+}  // namespace controller
+
+namespace controller {
+namespace {
+
+// Pids of the share-manager processes serving `volume` (from /proc).
+std::vector<pid_t> ShareManagersOf(const std::string& volume) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    const auto stat = base::ReadProcStat(pid);
+    if (!stat || stat->comm != "share-manager") continue;
+    const auto cmdline = base::ReadFile(entry.path().string() + "/cmdline");
+    if (!cmdline.ok()) continue;
+    if (base::CmdlineCarries(*cmdline, "--volume", volume) == base::CmdlineMatch::kYes) {
+      found.push_back(pid);
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "share-controller --metrics-listen: shares by phase, passes, one replacement per "
+    "replaced pod") {
+  TempDir dir("sharemgr-ctl");
+  const uint16_t port = base::FreeLoopbackPort();
+  ControllerProcess ctl({"--work-dir", dir.path(), "--share", "vol-metrics",
+                         "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2",
+                         "--resync", "200ms", "--metrics-listen",
+                         "127.0.0.1:" + std::to_string(port)});
+  // The line is printed as the record is written; the metrics hear of it
+  // when the write returns.
+  const auto MetricsSayRunning = [&] {
+    return testing_support::WaitFor(
+        [&] {
+          const auto now = testing_support::MetricsScrape::From(port);
+          return now.ok() && now->Count("sharemgr_controller_shares{phase=\"RUNNING\"}") == 1;
+        },
+        milliseconds(5000));
+  };
+  REQUIRE_MESSAGE(ctl.WaitOutput("vol-metrics RUNNING epoch=1", milliseconds(20'000)),
+                  ctl.output());
+  REQUIRE(MetricsSayRunning());
+  const auto running = RequireOk(testing_support::MetricsScrape::From(port));
+  CHECK(running.Series("sharemgr_controller_shares") ==
+        std::map<std::string, double>{{"{phase=\"ERROR\"}", 0},
+                                      {"{phase=\"PENDING\"}", 0},
+                                      {"{phase=\"REPAIRING\"}", 0},
+                                      {"{phase=\"RUNNING\"}", 1},
+                                      {"{phase=\"STARTING\"}", 0},
+                                      {"{phase=\"STOPPED\"}", 0},
+                                      {"{phase=\"STOPPING\"}", 0}});
+  const double passes =
+      running.Count("sharemgr_controller_reconcile_passes_total{result=\"ok\"}") +
+      running.Count("sharemgr_controller_reconcile_passes_total{result=\"error\"}");
+  CHECK(passes >= 2);
+  CHECK(running.Count("sharemgr_controller_reconcile_duration_seconds_count") >= passes - 1);
+  CHECK(running.Value("sharemgr_controller_replacements_total") == 0);
+  CHECK(running.Value("sharemgr_controller_queue_depth").has_value());
+  CHECK(RequireOk(testing_support::HttpGet("127.0.0.1", port, "/")).status == 404);
+
+  const auto pids = ShareManagersOf("vol-metrics");
+  REQUIRE(pids.size() == 1);
+  REQUIRE(KillPid(pids[0], SIGKILL) == 0);
+  REQUIRE_MESSAGE(ctl.WaitOutput("vol-metrics RUNNING epoch=2", milliseconds(20'000)),
+                  ctl.output());
+  CHECK(MetricsSayRunning());
+  const auto replaced = RequireOk(testing_support::MetricsScrape::From(port));
+  CHECK(replaced.Value("sharemgr_controller_replacements_total") == 1);
+  const auto exit = ctl.Stop();
+  REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+  CHECK(exit->ShellCode() == 0);
 }
 
 }  // namespace controller

@@ -101,6 +101,9 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
       {[](DaemonFlags& f) { f.grace_period = 10; }, "--grace-period"},
       {[](DaemonFlags& f) { f.nfs_port = 70000; }, "--nfs-port"},
       {[](DaemonFlags& f) { f.pod_uid = "uid with spaces"; }, "--pod-uid"},
+      {[](DaemonFlags& f) { f.metrics_listen = "9602"; }, "--metrics-listen"},
+      {[](DaemonFlags& f) { f.metrics_listen = "metrics.example:9602"; }, "--metrics-listen"},
+      {[](DaemonFlags& f) { f.metrics_listen = "127.0.0.1:0"; }, "--metrics-listen"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.flag);
@@ -295,6 +298,14 @@ TEST_CASE(
   CHECK(config->volume->mount_options == std::vector<std::string>{"discard", "noatime"});
   flags.longhorn_mount_options = {"a,b"};
   CHECK_FALSE(ResolveDaemonConfig(flags).ok());
+}
+
+TEST_CASE("metrics are off by default, and --metrics-listen is kept as given") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  CHECK(ResolveDaemonConfig(flags)->metrics_listen.empty());
+  flags.metrics_listen = "[::1]:9602";
+  CHECK(ResolveDaemonConfig(flags)->metrics_listen == "[::1]:9602");
 }
 
 TEST_CASE("[v6]:port and :port listen addresses are accepted") {

@@ -140,3 +140,24 @@ TEST_CASE("max_deaths 0 gives up on the first death") {
 }
 
 }  // namespace supervisor
+
+namespace supervisor {
+
+TEST_CASE("deaths in the window: counted as OnDeath counts them, and they age out") {
+  RestartPolicy policy(Options());  // 5 deaths within 10 minutes
+  base::TimePoint now{};
+  policy.OnStart(now);
+  CHECK(policy.DeathsInWindow(now) == 0);
+  now += minutes(1);
+  CHECK(policy.OnDeath(now).deaths_in_window == 1);
+  now += minutes(4);
+  CHECK(policy.OnDeath(now).deaths_in_window == 2);
+  CHECK(policy.DeathsInWindow(now) == 2);
+  CHECK(policy.DeathsInWindow(now + minutes(6)) == 2);   // the first exactly 10 min old
+  CHECK(policy.DeathsInWindow(now + minutes(7)) == 1);   // the first aged out
+  CHECK(policy.DeathsInWindow(now + minutes(10)) == 1);  // the second exactly 10 min old
+  CHECK(policy.DeathsInWindow(now + minutes(11)) == 0);
+  CHECK(policy.OnDeath(now + minutes(7)).deaths_in_window == 2);  // the same rule
+}
+
+}  // namespace supervisor

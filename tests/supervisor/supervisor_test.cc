@@ -53,7 +53,12 @@ class Harness {
               return absl::ResourceExhaustedError("socket: Too many open files");
             }
             if (probe_ok_ || answers_anyway) return absl::OkStatus();
+            const auto start = base::Clock::now();
             std::this_thread::sleep_for(std::min(timeout, milliseconds(20)));
+            {
+              std::lock_guard lock(mu_);
+              failed_probes_.emplace_back(start, base::Clock::now());
+            }
             return absl::DeadlineExceededError("scripted probe failure");
           },
           [this] { return ready_ ? absl::OkStatus() : absl::UnavailableError("not ready"); },
@@ -64,6 +69,29 @@ class Harness {
         std::lock_guard lock(mu_);
         history_.push_back(s);
         cv_.notify_all();
+      });
+      sup.SetEvents({
+          .died =
+              [this, &sup](const Death& d) {
+                std::lock_guard lock(mu_);
+                deaths_.push_back(d);
+                budget_left_ = sup.DeathBudgetLeft();
+              },
+          .probed =
+              [this](base::Clock::duration, bool answered) {
+                std::lock_guard lock(mu_);
+                answered_probes_ += answered ? 1 : 0;
+              },
+          .missed =
+              [this] {
+                std::lock_guard lock(mu_);
+                misses_++;
+              },
+          .hang_detected =
+              [this](base::Clock::duration since) {
+                std::lock_guard lock(mu_);
+                hangs_.push_back(since);
+              },
       });
       sup.Start();
       started_.set_value();
@@ -128,6 +156,32 @@ class Harness {
     std::lock_guard lock(mu_);
     return history_;
   }
+  // What the supervisor's events reported.
+  std::vector<Death> deaths() {
+    std::lock_guard lock(mu_);
+    return deaths_;
+  }
+  std::vector<base::Clock::duration> hangs() {
+    std::lock_guard lock(mu_);
+    return hangs_;
+  }
+  int misses() {
+    std::lock_guard lock(mu_);
+    return misses_;
+  }
+  int answered_probes() {
+    std::lock_guard lock(mu_);
+    return answered_probes_;
+  }
+  int budget_left() {
+    std::lock_guard lock(mu_);
+    return budget_left_;
+  }
+  // When each failed probe started and ended, as the prober saw it.
+  std::vector<std::pair<base::TimePoint, base::TimePoint>> failed_probes() {
+    std::lock_guard lock(mu_);
+    return failed_probes_;
+  }
 
   std::atomic<bool> probe_ok_{true};
   // While probe_ok_ is false or probe_short_ is true, every answer_every_-th
@@ -148,6 +202,12 @@ class Harness {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<SupervisorStatus> history_;
+  std::vector<Death> deaths_;
+  std::vector<base::Clock::duration> hangs_;
+  int misses_ = 0;
+  int answered_probes_ = 0;
+  int budget_left_ = -1;
+  std::vector<std::pair<base::TimePoint, base::TimePoint>> failed_probes_;
   std::optional<Outcome> outcome_;
   std::thread thread_;
 };
@@ -327,6 +387,11 @@ TEST_CASE(
         std::string::npos);
   CHECK(h.probes_ - from >= 9);  // 3 misses of 3 rounds each
   CHECK_FALSE(Alive(first));
+  // As the metrics see it: three misses, a hang, not a signal.
+  CHECK(h.misses() == 3);
+  CHECK(h.hangs().size() == 1);
+  REQUIRE(h.deaths().size() == 1);
+  CHECK(h.deaths()[0].cause == DeathCause::kHung);
 }
 
 TEST_CASE(
@@ -600,6 +665,94 @@ TEST_CASE(
   pid_t ppid = 0;
   rest >> state >> ppid;
   CHECK(ppid == getpid());
+}
+
+}  // namespace supervisor
+
+namespace supervisor {
+
+TEST_CASE(
+    "events: a kill from outside is one death of cause signal, noticed after the kill, "
+    "and restarted") {
+  Harness h(FastOptions());  // 3 deaths allowed
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  const auto killed_at = base::Clock::now();
+  kill(first, SIGKILL);
+  h.WaitFor(
+      [&](const SupervisorStatus& s) { return s.state == State::kServing && s.pid != first; });
+  const auto serving_at = base::Clock::now();
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].cause == DeathCause::kSignaled);
+  CHECK(deaths[0].exit.signal == SIGKILL);
+  CHECK(deaths[0].restarting);
+  // The loop's wake-up on the exit, not an older one: after the kill.
+  CHECK(deaths[0].noticed >= killed_at);
+  CHECK(deaths[0].noticed + deaths[0].detection <= serving_at);
+  CHECK(h.budget_left() == 2);
+  CHECK(h.hangs().empty());
+  CHECK(h.misses() == 0);
+  CHECK(h.answered_probes() > 0);
+}
+
+TEST_CASE("events: a hang is N misses, one hang detection, one death of cause hang") {
+  Harness h(FastOptions());  // 3 misses in a row mean hung
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  h.probe_ok_ = false;
+  h.WaitFor([&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 1);
+  CHECK(deaths[0].cause == DeathCause::kHung);
+  CHECK(deaths[0].exit.signal == SIGKILL);  // killed here, counted as a hang, not a signal
+  CHECK(h.misses() == 3);
+  const auto hangs = h.hangs();
+  REQUIRE(hangs.size() == 1);
+  // From the first miss's send to the third's return: at least from the
+  // first failed probe's start to the third one's end, as the prober saw them.
+  const auto failed = h.failed_probes();
+  REQUIRE(failed.size() >= 3);
+  CHECK(hangs[0] >= failed[2].second - failed[0].first);
+  h.probe_ok_ = true;
+  h.WaitFor(StateIs(State::kServing));
+}
+
+TEST_CASE("events: a child that never answers dies of start_timeout") {
+  SupervisorOptions options = FastOptions();
+  options.start_timeout = milliseconds(200);
+  Harness h(options);
+  h.probe_ok_ = false;
+  h.WaitFor([](const SupervisorStatus& s) { return s.last_exit.has_value(); });
+  const auto deaths = h.deaths();
+  REQUIRE_FALSE(deaths.empty());
+  // The first probe may have answered before probe_ok_ flipped: then a hang.
+  CHECK((deaths[0].cause == DeathCause::kStartTimeout || deaths[0].cause == DeathCause::kHung));
+  CHECK(h.misses() == (deaths[0].cause == DeathCause::kHung ? 3 : 0));
+}
+
+TEST_CASE(
+    "events: exits by themselves carry their code, the one past the budget restarts "
+    "nothing") {
+  Harness h(FastOptions(), {"sh", "-c", "exit 7"});  // 3 deaths allowed, the 4th fails
+  h.WaitFor(StateIs(State::kFailed));
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 4);
+  for (size_t i = 0; i < deaths.size(); ++i) {
+    CAPTURE(i);
+    CHECK(deaths[i].cause == DeathCause::kExited);
+    CHECK(deaths[i].exit.code == 7);
+    CHECK(deaths[i].restarting == (i < 3));
+  }
+  CHECK(h.budget_left() == 0);
+}
+
+TEST_CASE("events: a program that cannot be executed dies of not_started") {
+  Harness h(FastOptions(), {"/nonexistent/ganesha.nfsd"});
+  h.WaitFor(StateIs(State::kFailed));
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 4);
+  CHECK(deaths.front().cause == DeathCause::kNotStarted);
+  CHECK(deaths.front().restarting);
+  CHECK_FALSE(deaths.back().restarting);
 }
 
 }  // namespace supervisor
