@@ -116,8 +116,10 @@ TimePoint LeaseKeeper::Lose(std::string why) {
     phase_ = Phase::kLost;
     held_.reset();
   }
-  spdlog::error("{} {}: {}", kind_, whose_, why);
+  // The hook first: it fences, and logging may block (a full stderr) for as
+  // long as nobody reads it.
   OnLost(why);
+  spdlog::error("{} {}: {}", kind_, whose_, why);
   return kNever;
 }
 
@@ -134,25 +136,33 @@ TimePoint LeaseKeeper::StepRenew(TimePoint now) {
   if (lost) return Lose(*std::move(lost));
   auto renewal = KeepAlive(deadline);
   const TimePoint after = clock_.Now();
+  // Logged after mu_ is released: a log line may block (a full stderr), and
+  // ValidAt, which the serving side asks, must never wait for it.
+  TimePoint next, valid_until;
   {
     absl::MutexLock lock(&mu_);
     if (!held_) return kNever;  // stopped meanwhile
-    if (!renewal.ok()) {
-      spdlog::warn("renewing the {} {} (valid {} more): {}", kind_, whose_,
-                   base::FormatDuration(Left(after, held_->valid_until())),
-                   renewal.status().message());
+    if (renewal.ok()) {
+      lost = held_->Renewed(now, after, *renewal);
+    } else {
       held_->RenewalFailed(after, std::string(renewal.status().message()));
-      return held_->NextStep();
     }
-    lost = held_->Renewed(now, after, *renewal);
     if (!lost) {
-      spdlog::debug("{} renewed (answered in {}); valid {} more", kind_,
-                    base::FormatDuration(Left(now, after)),
-                    base::FormatDuration(Left(after, held_->valid_until())));
-      return held_->NextStep();
+      next = held_->NextStep();
+      valid_until = held_->valid_until();
     }
   }
-  return Lose(*std::move(lost));
+  if (lost) return Lose(*std::move(lost));
+  if (renewal.ok()) OnRenewed(valid_until);
+  if (!renewal.ok()) {
+    spdlog::warn("renewing the {} {} (valid {} more): {}", kind_, whose_,
+                 base::FormatDuration(Left(after, valid_until)), renewal.status().message());
+  } else {
+    spdlog::debug("{} renewed (answered in {}); valid {} more", kind_,
+                  base::FormatDuration(Left(now, after)),
+                  base::FormatDuration(Left(after, valid_until)));
+  }
+  return next;
 }
 
 }  // namespace etcd

@@ -54,6 +54,9 @@ class LeaseKeeper {
   virtual absl::StatusOr<LeaseRenewal> KeepAlive(base::TimePoint deadline) = 0;
   // The lease is lost (or could not be taken): keeper thread, once, outside mu_.
   virtual void OnLost(const std::string& why) = 0;
+  // A renewal was confirmed: the lease is valid until `valid_until` now.
+  // Keeper thread, outside mu_, before the renewal is logged.
+  virtual void OnRenewed(base::TimePoint valid_until) { (void)valid_until; }
 
   // For StepTaking: the lease was taken by a request sent at `sent` and
   // answered at `answered`. When the next step is due; nullopt when there is

@@ -58,6 +58,10 @@ void ServingLease::OnLost(const std::string& why) {
   if (hooks_.lost) hooks_.lost(why);
 }
 
+void ServingLease::OnRenewed(TimePoint valid_until) {
+  if (hooks_.renewed) hooks_.renewed(valid_until);
+}
+
 TimePoint ServingLease::StepAcquire(TimePoint now) {
   TimePoint deadline;
   std::string last_error;

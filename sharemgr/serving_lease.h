@@ -99,6 +99,9 @@ class ServingLease final : public etcd::LeaseKeeper {
     // The lease is lost, or could not be taken (superseded, timed out):
     // serving must stop at once, for good. Keeper thread, at most once.
     std::function<void(const std::string& why)> lost;
+    // A renewal was confirmed: valid until `valid_until` (the keeper's
+    // clock) now. Keeper thread, after `taken`, before the renewal is logged.
+    std::function<void(base::TimePoint valid_until)> renewed;
   };
   enum class StopMode {
     kRevoke,     // a clean stop, after serving ended: the replacement need not wait the TTL
@@ -125,6 +128,7 @@ class ServingLease final : public etcd::LeaseKeeper {
   base::TimePoint StepTaking(base::TimePoint now) override;
   absl::StatusOr<etcd::LeaseRenewal> KeepAlive(base::TimePoint deadline) override;
   void OnLost(const std::string& why) override;
+  void OnRenewed(base::TimePoint valid_until) override;
   base::TimePoint StepAcquire(base::TimePoint now);
   base::TimePoint StepWaitForRelease(base::TimePoint now);
 
