@@ -5,7 +5,8 @@
 //
 // The keeper campaigns (takes the election key with a fresh lease, if nobody
 // holds it); lost, it follows: waits until the key is gone (the leader
-// resigned, or etcd expired its lease), then campaigns again. Won, it hands
+// resigned, or etcd expired its lease) and so is the leader's etcd lease,
+// then campaigns again. Won, it hands
 // out the fencing token (the key's create_revision: every store write of the
 // leader compares it, see EtcdStore::SetWriteGuard), renews every TTL/3 and
 // counts valid_until by the serving lease's rules (etcd/lease_validity.h).
