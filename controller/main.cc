@@ -29,6 +29,7 @@
 #include "base/file_lock.h"
 #include "base/files.h"
 #include "base/fmt_absl.h"
+#include "base/json_log.h"
 #include "base/loopback_port.h"
 #include "base/tls.h"
 #include "base/validate.h"
@@ -92,6 +93,12 @@ int main(int argc, char** argv) {
       absl::StrCat(controller::kDefaultPortRange.first, "-", controller::kDefaultPortRange.last);
   std::string readonly_budget = "2m";
   unsigned max_remounts = 3;
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text, or json: one JSON object per line (time, level, component, volume, epoch, "
+                 "message, the event's fields)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   app.add_option("--share", shares, "Serve this volume (repeatable)");
   app.add_option("--shares-file", shares_file, "File with one volume name per line");
   app.add_option("--store-file", store_file,
@@ -172,6 +179,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Its log lines; a bad flag still gets one plain line on stderr and exit 2.
+  if (log_format == "json") base::UseJsonLogs("share-controller", {});
 
   if (!shares_file.empty()) {
     auto content = base::ReadFile(shares_file);
@@ -399,6 +408,11 @@ int main(int argc, char** argv) {
     absl::MutexLock lock(&printed.mu);
     if (printed.last_line[name] == line) return;
     printed.last_line[name] = line;
+    const base::LogFields fields({{"volume", name},
+                                  {"epoch", st.epoch()},
+                                  {"phase", v1::Phase_Name(st.phase())},
+                                  {"pod", st.pod()},
+                                  {"reason", st.reason()}});
     spdlog::info("{}", line);
   });
 

@@ -25,6 +25,8 @@ packages=(
   buildah podman debootstrap
   # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
   etcd-server etcd-client
+  # --log-format json is checked by a parser not ours: Python's json module (tests/support/json_lines)
+  python3
 )
 
 missing=()

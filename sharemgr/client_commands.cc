@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -11,8 +13,11 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "base/byte_size.h"
 #include "base/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
@@ -22,6 +27,22 @@ namespace sharemgr {
 namespace {
 
 namespace v1 = sharemanager::v1;
+
+// top refreshes no faster: each frame is a GetStatus call.
+constexpr base::Duration kMinTopInterval{100};
+// Terminal control for top's redraw: cursor home + clear, hide and show the cursor.
+constexpr char kClearScreen[] = "\x1b[H\x1b[2J";
+constexpr char kHideCursor[] = "\x1b[?25l";
+constexpr char kShowCursor[] = "\x1b[?25h";
+
+// SIGINT and SIGTERM, which end top cleanly.
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
 
 // Both ways a call can miss the fence are refused: another epoch (or none)
 // at a fenced server, any epoch at an unfenced one.
@@ -87,6 +108,29 @@ std::string FormatUnixMs(int64_t ms) {
   return absl::StrCat(buf, ".", absl::Dec(ms % 1000, absl::kZeroPad3), "Z");
 }
 
+// "memory", "hung", "signal", ...: the cause's enum name without its prefix,
+// as the daemon's logs and metrics spell it.
+std::string CauseWord(v1::DeathCause cause) {
+  std::string name = absl::AsciiStrToLower(v1::DeathCause_Name(cause));
+  if (name.starts_with("death_")) name.erase(0, 6);
+  return name;
+}
+
+// "45.2 MiB RSS (limit 512.0 MiB), 25 threads, 20 fds, 3.4s CPU".
+std::string DescribeUsage(const v1::GaneshaUsage& u) {
+  std::string limit = "no limit";
+  if (u.memory_limit_bytes() > 0) {
+    limit =
+        u.samples_over_limit() > 0
+            ? absl::StrCat("OVER the limit of ", base::FormatBytes(u.memory_limit_bytes()), " in ",
+                           u.samples_over_limit(), " of ", u.samples_allowed(), " samples")
+            : absl::StrCat("limit ", base::FormatBytes(u.memory_limit_bytes()));
+  }
+  return absl::StrCat(base::FormatBytes(u.rss_bytes()), " RSS (", limit, "), ", u.threads(),
+                      " threads, ", u.open_fds() >= 0 ? absl::StrCat(u.open_fds()) : "?", " fds, ",
+                      absl::StrFormat("%.1fs", u.cpu_seconds()), " CPU");
+}
+
 std::string Describe(const v1::ShareStatus& s) {
   auto ms = [](uint64_t v) { return base::FormatDuration(base::Duration(v)); };
   std::string out = absl::StrCat(
@@ -97,12 +141,19 @@ std::string Describe(const v1::ShareStatus& s) {
       s.exported() ? "" : " (withdrawn)", "\n",  //
       "nfs:             ", s.nfs_address(), ":", s.nfs_port(), "\n",
       "ganesha pid:     ", s.ganesha_pid() != 0 ? absl::StrCat(s.ganesha_pid()) : "-",
-      s.ganesha_pid() != 0 ? absl::StrCat(" (up ", ms(s.ganesha_uptime_ms()), ")") : "", "\n",
-      "restarts:        ", s.restart_count(), "\n");
+      s.ganesha_pid() != 0 ? absl::StrCat(" (up ", ms(s.ganesha_uptime_ms()), ")") : "", "\n");
+  if (s.has_ganesha_usage()) {
+    absl::StrAppend(&out, "ganesha memory:  ", DescribeUsage(s.ganesha_usage()), "\n");
+  }
+  absl::StrAppend(&out, "restarts:        ", s.restart_count(),
+                  s.memory_kills() > 0 ? absl::StrCat(" (", s.memory_kills(), " for memory)") : "",
+                  "\n");
   if (s.last_exit().present()) {
     absl::StrAppend(&out, "last exit:       ", s.last_exit().description(), " at ",
-                    FormatUnixMs(s.last_exit().unix_ms()), "\n");
+                    FormatUnixMs(s.last_exit().unix_ms()), "\n",
+                    "exit cause:      ", CauseWord(s.last_exit().cause()), "\n");
   }
+  absl::StrAppend(&out, "volume repairs:  ", s.volume_repairs(), "\n");
   if (s.has_lease()) {
     absl::StrAppend(&out, "lease:           ", s.lease().key(),
                     s.lease().held()
@@ -175,6 +226,65 @@ class Client {
     if (!rpc.ok()) return FailureCode(rpc, *channel_, "GetStatus", hint_);
     std::cout << (flags_.json ? ToJson(status) + "\n" : Describe(status));
     return kClientOk;
+  }
+
+  // Redraws the status every --interval until SIGINT/SIGTERM (blocked by the
+  // caller before any thread started, and taken here with sigtimedwait: no
+  // handler runs, the terminal is restored) or --iterations. On a terminal
+  // each frame replaces the last; otherwise frames follow one another.
+  int Top() {
+    auto interval = base::ParseDuration(flags_.interval);
+    if (!interval.ok() || *interval < kMinTopInterval) {
+      std::cerr << "share-manager: --interval: "
+                << (interval.ok()
+                        ? absl::StrCat("must be at least ", base::FormatDuration(kMinTopInterval))
+                        : std::string(interval.status().message()))
+                << "\n";
+      return kClientBadArgs;
+    }
+    const int64_t frames = flags_.once ? 1 : flags_.iterations;
+    if (frames < 0) {
+      std::cerr << "share-manager: --iterations must be 0 (until interrupted) or more\n";
+      return kClientBadArgs;
+    }
+    const bool terminal = isatty(STDOUT_FILENO) == 1;
+    const sigset_t stop = StopSignals();
+    auto stub = v1::ShareManager::NewStub(channel_);
+    std::optional<CpuSample> last_cpu;
+    int code = kClientOk;
+    if (terminal) std::cout << kHideCursor;
+    for (int64_t frame = 1;; ++frame) {
+      grpc::ClientContext context;
+      Prepare(context);
+      v1::ShareStatus status;
+      const auto rpc = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
+      std::cout << (terminal    ? kClearScreen
+                    : frame > 1 ? "\n"
+                                : "")
+                << "share-manager top: " << flags_.addr << ", every "
+                << base::FormatDuration(*interval) << (terminal ? " (Ctrl-C quits)" : "") << ", "
+                << FormatUnixMs(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count())
+                << "\n";
+      if (rpc.ok()) {
+        code = kClientOk;
+        std::cout << Describe(status) << CpuLine(status, last_cpu);
+      } else {
+        std::cout << "no status: " << rpc.error_message() << "\n";
+        std::cout.flush();
+        code = FailureCode(rpc, *channel_, "GetStatus", hint_);
+      }
+      std::cout.flush();
+      if (frames > 0 && frame >= frames) break;
+      const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(*interval);
+      const timespec timeout{.tv_sec = static_cast<time_t>(wait.count() / 1'000'000'000),
+                             .tv_nsec = static_cast<long>(wait.count() % 1'000'000'000)};
+      if (sigtimedwait(&stop, nullptr, &timeout) > 0) break;
+    }
+    if (terminal) std::cout << kShowCursor;
+    std::cout.flush();
+    return code;
   }
 
   int Watch() {
@@ -292,6 +402,31 @@ class Client {
   }
 
  private:
+  // ganesha's CPU time at a frame, for the next frame's rate.
+  struct CpuSample {
+    int32_t pid;
+    double cpu_seconds;
+    std::chrono::steady_clock::time_point at;
+  };
+
+  // "ganesha cpu:     1.5% since the last frame", once two frames saw the same ganesha.
+  static std::string CpuLine(const v1::ShareStatus& s, std::optional<CpuSample>& last) {
+    if (!s.has_ganesha_usage()) {
+      last.reset();
+      return "";
+    }
+    const CpuSample now{s.ganesha_pid(), s.ganesha_usage().cpu_seconds(),
+                        std::chrono::steady_clock::now()};
+    std::string line;
+    if (last && last->pid == now.pid && now.at > last->at) {
+      const double seconds = std::chrono::duration<double>(now.at - last->at).count();
+      line = absl::StrFormat("ganesha cpu:     %.1f%% since the last frame\n",
+                             100 * (now.cpu_seconds - last->cpu_seconds) / seconds);
+    }
+    last = now;
+    return line;
+  }
+
   const ClientFlags& flags_;
   base::Duration timeout_{0};
   std::string hint_;
@@ -301,7 +436,9 @@ class Client {
 }  // namespace
 
 void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
-  auto add = [&](const char* name, const char* help, auto method) {
+  // `takes_stop_signals`: SIGINT/SIGTERM are blocked before any thread starts
+  // (gRPC's), so the command takes them itself and ends cleanly.
+  auto add = [&](const char* name, const char* help, auto method, bool takes_stop_signals = false) {
     CLI::App* cmd = app.add_subcommand(name, help);
     cmd->add_option("--addr", flags.addr,
                     "share-manager gRPC address HOST:PORT or unix socket path")
@@ -309,7 +446,11 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
     cmd->add_option("--timeout", flags.timeout, "Deadline for the call (connect included)")
         ->capture_default_str();
     base::AddTlsFlags(*cmd, flags.tls, base::TlsRole::kClient);
-    cmd->callback([&flags, exit_code, method] {
+    cmd->callback([&flags, exit_code, method, takes_stop_signals] {
+      if (takes_stop_signals) {
+        const sigset_t stop = StopSignals();
+        pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+      }
       Client client(flags);
       *exit_code = client.Init();
       if (*exit_code < 0) *exit_code = (client.*method)();
@@ -318,6 +459,15 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
   };
   add("status", "Print the share's status", &Client::Status)
       ->add_flag("--json", flags.json, "Print JSON");
+  auto* top = add("top",
+                  "Show the share's key figures (state, restarts, memory, repairs), refreshed "
+                  "every --interval until Ctrl-C or SIGTERM",
+                  &Client::Top, /*takes_stop_signals=*/true);
+  top->add_option("--interval", flags.interval, "Refresh period (at least 100ms)")
+      ->capture_default_str();
+  top->add_option("--iterations", flags.iterations, "Frames to show, then exit (0: until stopped)")
+      ->capture_default_str();
+  top->add_flag("--once", flags.once, "Show one frame and exit (--iterations 1)");
   add("watch", "Print the status now and at every change, until the server stops", &Client::Watch)
       ->add_flag("--json", flags.json, "Print JSON, one object per line");
   auto* mount = add("mount", "(Re)export the share", &Client::Mount);

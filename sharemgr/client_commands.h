@@ -1,4 +1,4 @@
-// The client subcommands (status, watch, mount, unmount, probe). Each call has
+// The client subcommands (status, top, watch, mount, unmount, probe). Each call has
 // a deadline, never waits for the server to become ready, and maps failures to
 // the exit codes in exit_codes.h.
 #pragma once
@@ -22,6 +22,10 @@ struct ClientFlags {
   uint64_t epoch = 0;
   uint64_t generation = 0;
   base::TlsFlags tls;  // mTLS to a --listen port that serves TLS
+  // top: refresh period, and how many frames (0: until SIGINT/SIGTERM).
+  std::string interval = "1s";
+  int64_t iterations = 0;
+  bool once = false;
 };
 
 // Registers the subcommands on `app`; each sets `*exit_code` when it runs.

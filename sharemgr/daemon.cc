@@ -95,6 +95,26 @@ v1::VolumeState ToProto(VolumeState state) {
   return v1::VOLUME_STATE_UNSPECIFIED;
 }
 
+v1::DeathCause ToProto(supervisor::DeathCause cause) {
+  switch (cause) {
+    case supervisor::DeathCause::kExited:
+      return v1::DEATH_EXITED;
+    case supervisor::DeathCause::kSignaled:
+      return v1::DEATH_SIGNAL;
+    case supervisor::DeathCause::kHung:
+      return v1::DEATH_HUNG;
+    case supervisor::DeathCause::kStartTimeout:
+      return v1::DEATH_START_TIMEOUT;
+    case supervisor::DeathCause::kMemory:
+      return v1::DEATH_MEMORY;
+    case supervisor::DeathCause::kSpawnFailed:
+      return v1::DEATH_SPAWN_FAILED;
+    case supervisor::DeathCause::kStopped:
+      return v1::DEATH_STOPPED;
+  }
+  return v1::DEATH_CAUSE_UNSPECIFIED;
+}
+
 int64_t UnixMs(std::chrono::system_clock::time_point t) {
   if (t.time_since_epoch().count() == 0) return 0;
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
@@ -107,6 +127,7 @@ void FillSupervisorStatus(const supervisor::SupervisorStatus& s, v1::ShareStatus
   out.set_ganesha_pid(s.pid);
   out.set_ganesha_started_unix_ms(s.pid != 0 ? UnixMs(s.child_started) : 0);
   out.set_restart_count(s.restarts);
+  out.set_memory_kills(s.memory_kills);
   if (s.last_exit) {
     auto* exit = out.mutable_last_exit();
     exit->set_present(true);
@@ -114,6 +135,7 @@ void FillSupervisorStatus(const supervisor::SupervisorStatus& s, v1::ShareStatus
     exit->set_signal(s.last_exit->signal);
     exit->set_unix_ms(UnixMs(s.last_exit_at));
     exit->set_description(s.last_exit_description);
+    exit->set_cause(ToProto(s.last_exit_cause));
   }
 }
 
@@ -184,6 +206,7 @@ ShareCommands Daemon::Commands() {
                                               .count()));
               }
             }
+            FillUsage(s);
             if (lease_ && s.lease().held()) {
               const auto until = lease_->valid_until();
               const auto now = lease_clock_.Now();
@@ -214,6 +237,23 @@ ShareCommands Daemon::Commands() {
     return TimedVolumeOp(metrics_.get(), VolumeOp::kResize, [&] { return owner_->Resize(d); });
   };
   return commands;
+}
+
+void Daemon::FillUsage(v1::ShareStatus& s) const {
+  absl::MutexLock lock(&usage_mu_);
+  // Only a sample of the ganesha the status names: none of one that exited.
+  if (!usage_ || s.ganesha_pid() == 0 || usage_->pid != s.ganesha_pid()) {
+    s.clear_ganesha_usage();
+    return;
+  }
+  auto* usage = s.mutable_ganesha_usage();
+  usage->set_rss_bytes(usage_->usage.rss_bytes);
+  usage->set_memory_limit_bytes(config_.supervisor.memory_limit_bytes);
+  usage->set_samples_over_limit(static_cast<uint32_t>(usage_->samples_over_limit));
+  usage->set_samples_allowed(static_cast<uint32_t>(config_.supervisor.memory_limit_samples));
+  usage->set_cpu_seconds(usage_->usage.cpu_seconds);
+  usage->set_threads(usage_->usage.threads);
+  usage->set_open_fds(usage_->usage.open_fds);
 }
 
 void Daemon::FillShare(v1::ShareStatus& s) const {
@@ -626,6 +666,10 @@ int Daemon::Run() {
     sup_->SetEvents(metrics_->SupervisorEvents([this] { return sup_->DeathBudgetLeft(); }));
     metrics_->SetDeathBudgetLeft(sup_->DeathBudgetLeft());
   }
+  sup_->AddUsageObserver([this](const supervisor::ChildUsage& usage) {
+    absl::MutexLock lock(&usage_mu_);
+    usage_ = usage;
+  });
   if (lease_) {
     // Every ganesha (the first, each restart) starts only under a valid
     // lease, and the fencer guards it from its first moment.

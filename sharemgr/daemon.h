@@ -12,6 +12,8 @@
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "metrics/endpoint.h"
 #include "sharemgr/capped_listener.h"
 #include "sharemgr/daemon_config.h"
@@ -75,6 +77,8 @@ class Daemon {
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
   // Everything the share and its volume contribute to the status (any thread).
   void FillShare(sharemanager::v1::ShareStatus& status) const;
+  // ganesha's last usage sample, when it is of the ganesha `status` names (any thread).
+  void FillUsage(sharemanager::v1::ShareStatus& status) const ABSL_LOCKS_EXCLUDED(usage_mu_);
   void PublishShare();
   ShareCommands Commands();
   // Stops the gRPC server off the loop thread: Shutdown blocks while RPCs drain.
@@ -95,6 +99,10 @@ class Daemon {
   // Device thread; posts to loop_ and reads volume_.
   std::optional<VolumeOwner> owner_;
   std::optional<supervisor::Supervisor> sup_;
+  // ganesha's last usage sample: written on the loop, read by RPC threads
+  // when they send a status (samples are not status changes).
+  mutable absl::Mutex usage_mu_;
+  std::optional<supervisor::ChildUsage> usage_ ABSL_GUARDED_BY(usage_mu_);
   std::optional<VolumeMonitor> monitor_;  // loop thread
   // The same monitor for gRPC threads (its usage figures are atomics).
   std::atomic<const VolumeMonitor*> monitor_for_rpcs_{nullptr};

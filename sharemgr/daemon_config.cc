@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/byte_size.h"
 #include "base/validate.h"
 #include "etcd/client.h"
 #include "sharemgr/unix_socket.h"
@@ -208,6 +210,34 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--ganesha-bin", f.ganesha_bin, "ganesha executable")->capture_default_str();
   app.add_option("--ganesha-plugins-dir", f.plugins_dir, "ganesha FSAL plugin directory")
       ->capture_default_str();
+  app.add_option("--ganesha-cache-entries", f.ganesha_cache_entries,
+                 "Files ganesha keeps cached (MDCACHE Entries_HWMark, ~1.7 KiB each); 0: "
+                 "ganesha's default of 100000")
+      ->capture_default_str();
+  app.add_option("--ganesha-dir-chunks", f.ganesha_dir_chunks,
+                 "Directory chunks ganesha keeps cached (MDCACHE Chunks_HWMark); 0: ganesha's "
+                 "default of 100000")
+      ->capture_default_str();
+  app.add_option("--ganesha-dir-chunk-entries", f.ganesha_dir_chunk_entries,
+                 "Entries of a directory chunk, and names a cached directory keeps from lookups "
+                 "(MDCACHE Dir_Chunk); 0: ganesha's default of 128")
+      ->capture_default_str();
+  app.add_option("--ganesha-max-clients", f.ganesha_max_clients,
+                 "NFSv4 clients ganesha keeps state for (Max_Client_Ids); 0: unlimited")
+      ->capture_default_str();
+  app.add_option("--ganesha-max-connections", f.ganesha_max_connections,
+                 "TCP connections ganesha accepts (RPC_Max_Connections, at most 10000); 0: "
+                 "ganesha's default of 1024")
+      ->capture_default_str();
+  app.add_option("--ganesha-memory-limit", f.ganesha_memory_limit,
+                 "Restart ganesha in place (as for a hang, counted against --max-deaths) when its "
+                 "resident memory stays over this size for --ganesha-memory-grace: e.g. 512Mi, "
+                 "1Gi; off: no limit")
+      ->capture_default_str();
+  app.add_option("--ganesha-memory-grace", f.ganesha_memory_grace,
+                 "How long ganesha's memory may stay over --ganesha-memory-limit (sampled every "
+                 "--probe-interval)")
+      ->capture_default_str();
   app.add_option("--device", f.device,
                  "Block device to check, mount at --export-dir and export. Default: "
                  "/dev/longhorn/<volume>, unless --export-dir is given, which then is "
@@ -344,6 +374,11 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
                                     : Squash::kNone,
       .anon_uid = f.anon_uid,
       .anon_gid = f.anon_gid,
+      .limits = {.cache_entries = f.ganesha_cache_entries,
+                 .dir_chunks = f.ganesha_dir_chunks,
+                 .dir_chunk_entries = f.ganesha_dir_chunk_entries,
+                 .max_clients = f.ganesha_max_clients,
+                 .max_connections = f.ganesha_max_connections},
   });
   if (!ganesha.ok()) return ganesha.status();
 
@@ -354,10 +389,23 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   auto failed_linger = FlagDuration("--failed-linger", f.failed_linger, Duration(0));
   auto death_window = FlagDuration("--death-window", f.death_window, Duration(1000));
   auto repair_window = FlagDuration("--repair-window", f.repair_window, Duration(1000));
+  auto memory_grace = FlagDuration("--ganesha-memory-grace", f.ganesha_memory_grace, Duration(0));
   for (const auto* d : {&probe_interval, &start_timeout, &stop_timeout, &failed_linger,
-                        &death_window, &repair_window}) {
+                        &death_window, &repair_window, &memory_grace}) {
     if (!d->ok()) return d->status();
   }
+  if (f.ganesha_memory_limit != "off") {
+    auto limit = base::ParseByteSize(f.ganesha_memory_limit);
+    if (!limit.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ganesha-memory-limit: ", limit.status().message(), " or off"));
+    }
+    sup.memory_limit_bytes = *limit;
+  }
+  // One sample per probe interval: the first one over the limit, and the
+  // grace's worth after it (rounded up), all over it.
+  sup.memory_limit_samples = static_cast<int>(
+      1 + (memory_grace->count() + probe_interval->count() - 1) / probe_interval->count());
   sup.probe_interval = *probe_interval;
   sup.start_timeout = *start_timeout;
   sup.stop_timeout = *stop_timeout;

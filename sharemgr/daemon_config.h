@@ -54,6 +54,15 @@ struct DaemonFlags {
   int64_t anon_gid = 65534;
   std::string ganesha_bin = "ganesha.nfsd";
   std::string plugins_dir = "/usr/lib/x86_64-linux-gnu/ganesha";
+  // ganesha's memory: its caches and client tables (GaneshaLimits; 0 leaves
+  // ganesha's own default), and a bound on its resident memory ("off" or a size).
+  int64_t ganesha_cache_entries = 10'000;
+  int64_t ganesha_dir_chunks = 100;
+  int64_t ganesha_dir_chunk_entries = 32;
+  int64_t ganesha_max_clients = 1'024;
+  int64_t ganesha_max_connections = 1'024;
+  std::string ganesha_memory_limit = "off";
+  std::string ganesha_memory_grace = "10s";
   // Block-device volume (optional; without it the export directory is served as is).
   std::string device;
   std::string fs = "ext4";

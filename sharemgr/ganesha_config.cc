@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,19 @@ absl::StatusOr<GaneshaConfig> GaneshaConfig::Create(GaneshaConfigInput input) {
           absl::StrCat(flag, " ", id, " is not an id (0-4294967294)"));
     }
   }
+  const GaneshaLimits& l = input.limits;
+  for (const auto& [flag, value, max] : {
+           std::tuple{"--ganesha-cache-entries", l.cache_entries, int64_t{4'294'967'295}},
+           std::tuple{"--ganesha-dir-chunks", l.dir_chunks, int64_t{4'294'967'295}},
+           std::tuple{"--ganesha-dir-chunk-entries", l.dir_chunk_entries, int64_t{4'294'967'295}},
+           std::tuple{"--ganesha-max-clients", l.max_clients, int64_t{4'294'967'295}},
+           std::tuple{"--ganesha-max-connections", l.max_connections, int64_t{10'000}},
+       }) {
+    if (value < 0 || value > max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " ", value, " is out of range (0 for ganesha's default, up to ", max, ")"));
+    }
+  }
   return GaneshaConfig(std::move(input));
 }
 
@@ -56,9 +70,22 @@ const char* SquashName(Squash squash) {
   return "No_Root_Squash";
 }
 
+// `  Name = value;` for each limit that is set (0: ganesha's default, no line).
+std::string LimitLines(std::initializer_list<std::pair<const char*, int64_t>> settings) {
+  std::string lines;
+  for (const auto& [name, value] : settings) {
+    if (value > 0) absl::StrAppend(&lines, "  ", name, " = ", value, ";\n");
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string GaneshaConfig::Render(bool with_export) const {
+  const GaneshaLimits& limits = input_.limits;
+  const std::string cache = LimitLines({{"Entries_HWMark", limits.cache_entries},
+                                        {"Chunks_HWMark", limits.dir_chunks},
+                                        {"Dir_Chunk", limits.dir_chunk_entries}});
   std::string out = fmt::format(
       R"(# Written by share-manager for volume {volume}; changes are overwritten.
 NFS_CORE_PARAM {{
@@ -69,7 +96,7 @@ NFS_CORE_PARAM {{
   Enable_RQUOTA = false;
   Enable_UDP = false;
   Plugins_Dir = "{plugins}";
-}}
+{core_limits}}}
 NFSv4 {{
   Grace_Period = {grace};
   Lease_Lifetime = {lease};
@@ -77,8 +104,8 @@ NFSv4 {{
   RecoveryRoot = "{recovery}";
   Minor_Versions = 0, 1, 2;
   Only_Numeric_Owners = true;
-}}
-NFS_KRB5 {{
+{v4_limits}}}
+{cache}NFS_KRB5 {{
   Active_krb5 = false;
 }}
 LOG {{
@@ -91,7 +118,10 @@ LOG {{
       fmt::arg("volume", input_.volume), fmt::arg("port", input_.nfs_port),
       fmt::arg("bind", input_.bind_address), fmt::arg("plugins", input_.plugins_dir),
       fmt::arg("grace", input_.grace_seconds), fmt::arg("lease", input_.lease_seconds),
-      fmt::arg("recovery", input_.recovery_root));
+      fmt::arg("recovery", input_.recovery_root),
+      fmt::arg("core_limits", LimitLines({{"RPC_Max_Connections", limits.max_connections}})),
+      fmt::arg("v4_limits", LimitLines({{"Max_Client_Ids", limits.max_clients}})),
+      fmt::arg("cache", cache.empty() ? "" : absl::StrCat("MDCACHE {\n", cache, "}\n")));
   if (!with_export) return out;
   // With a client list, the export itself grants nothing: only the CLIENT
   // blocks do (the first that matches a caller wins).

@@ -13,6 +13,24 @@ namespace sharemgr {
 // Which callers' identities the export maps to the anonymous uid/gid.
 enum class Squash { kNone, kRoot, kAll };
 
+// What bounds ganesha's memory as the files touched and the clients grow. Each
+// is written to ganesha.conf only when set: 0 leaves ganesha's own default.
+struct GaneshaLimits {
+  // MDCACHE Entries_HWMark: cached file handles and attributes (ganesha: 100000,
+  // about 1.7 KiB each), reused beyond this.
+  int64_t cache_entries = 0;
+  // MDCACHE Chunks_HWMark: cached directory chunks (ganesha: 100000).
+  int64_t dir_chunks = 0;
+  // MDCACHE Dir_Chunk: the entries of one chunk, and so also how many names
+  // looked up one by one a cached directory keeps (Detached_Mult, 1, times
+  // this; ganesha: 128).
+  int64_t dir_chunk_entries = 0;
+  // NFSv4 Max_Client_Ids: NFSv4 client records (ganesha: unlimited).
+  int64_t max_clients = 0;
+  // NFS_CORE_PARAM RPC_Max_Connections: TCP connections (ganesha: 1024, at most 10000).
+  int64_t max_connections = 0;
+};
+
 struct GaneshaConfigInput {
   std::string volume;
   std::string export_dir;
@@ -32,6 +50,7 @@ struct GaneshaConfigInput {
   Squash squash = Squash::kNone;
   int64_t anon_uid = 65534;
   int64_t anon_gid = 65534;
+  GaneshaLimits limits;
 };
 
 class GaneshaConfig {

@@ -1,6 +1,7 @@
 // share-manager: serves one ReadWriteMany volume over NFSv4 with a supervised
 // nfs-ganesha (`daemon`), and the client commands that talk to it.
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "base/fmt_absl.h"
+#include "base/json_log.h"
 #include "sharemgr/capped_listener.h"
 #include "sharemgr/client_commands.h"
 #include "sharemgr/daemon.h"
@@ -17,8 +19,17 @@
 
 namespace {
 
-void SetUpLogging(const std::string& level) {
-  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+// Text lines (colored on a terminal) or, with --log-format json, one JSON
+// object per line carrying the volume and epoch (base/json_log.h).
+void SetUpLogging(const std::string& level, const std::string& format,
+                  const sharemgr::DaemonFlags& flags) {
+  const bool json = format == "json";
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  if (json) {
+    sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  } else {
+    sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  }
   auto main_logger = std::make_shared<spdlog::logger>("share-manager", sink);
   auto ganesha_logger = std::make_shared<spdlog::logger>("ganesha", sink);
   for (const auto& logger : {main_logger, ganesha_logger}) {
@@ -28,6 +39,9 @@ void SetUpLogging(const std::string& level) {
   }
   spdlog::register_logger(ganesha_logger);
   spdlog::set_default_logger(main_logger);
+  if (json) {
+    base::UseJsonLogs("share-manager", {{"volume", flags.volume}, {"epoch", flags.epoch}});
+  }
 }
 
 }  // namespace
@@ -50,6 +64,7 @@ int main(int argc, char** argv) {
 
   sharemgr::DaemonFlags daemon_flags;
   std::string log_level = "info";
+  std::string log_format = "text";
   bool debug = false;
   app.add_flag("--debug", debug, "Log at debug level (Longhorn's flag; same as --log-level debug)");
   CLI::App* daemon = app.add_subcommand(
@@ -63,16 +78,27 @@ int main(int argc, char** argv) {
   daemon->add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  daemon
+      ->add_option("--log-format", log_format,
+                   "text, or json: one JSON object per line (time, level, component, volume, "
+                   "epoch, message, the event's fields)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
 
   sharemgr::ClientFlags client_flags;
   int exit_code = sharemgr::kExitInternal;
   sharemgr::AddClientCommands(app, client_flags, &exit_code);
 
   daemon->callback([&] {
-    SetUpLogging(debug ? "debug" : log_level);
+    SetUpLogging(debug ? "debug" : log_level, log_format, daemon_flags);
     auto config = sharemgr::ResolveDaemonConfig(daemon_flags);
     if (!config.ok()) {
-      std::cerr << "share-manager: " << config.status().message() << "\n";
+      // A log shipper reads JSON lines only.
+      if (log_format == "json") {
+        spdlog::error("{}", config.status().message());
+      } else {
+        std::cerr << "share-manager: " << config.status().message() << "\n";
+      }
       exit_code = sharemgr::kExitBadInput;
       return;
     }

@@ -66,8 +66,10 @@ std::string ShareMetrics::DeathCauseLabel(const supervisor::Death& death) {
       return "hang";
     case supervisor::DeathCause::kStartTimeout:
       return "start_timeout";
-    case supervisor::DeathCause::kNotStarted:
-      return "not_started";
+    case supervisor::DeathCause::kMemory:
+    case supervisor::DeathCause::kSpawnFailed:
+    case supervisor::DeathCause::kStopped:  // never a counted death; named for completeness
+      return std::string(supervisor::DeathCauseName(death.cause));
   }
   return "unknown";
 }
@@ -81,9 +83,10 @@ ShareMetrics::ShareMetrics()
                     ->AddCounter("sharemgr_ganesha_restarts_total",
                                  "ganesha restarts in place after a death")
                     .Add({})),
-      deaths_(catalogue_->AddCounter("sharemgr_ganesha_deaths_total",
-                                     "ganesha deaths the restart policy counted, by cause: "
-                                     "exit_<code>, signal_<n>, hang, start_timeout, not_started")),
+      deaths_(catalogue_->AddCounter(
+          "sharemgr_ganesha_deaths_total",
+          "ganesha deaths the restart policy counted, by cause: "
+          "exit_<code>, signal_<n>, hang, start_timeout, memory, spawn_failed")),
       death_budget_left_(
           catalogue_
               ->AddGauge("sharemgr_ganesha_death_budget_remaining",

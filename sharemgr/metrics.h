@@ -62,7 +62,7 @@ class ShareMetrics {
   void OnRpc(const std::string& method, grpc::StatusCode code, base::Clock::duration took);
 
   // The `cause` label of a death: exit_<code>, signal_<n>, hang,
-  // start_timeout, not_started.
+  // start_timeout, memory, spawn_failed.
   static std::string DeathCauseLabel(const supervisor::Death& death);
 
  private:

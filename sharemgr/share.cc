@@ -46,6 +46,7 @@ void Share::Fence(const std::string& why) {
 
 void Share::CountRemount() {
   if (generation_ < std::numeric_limits<uint64_t>::max()) ++generation_;
+  if (repairs_ < std::numeric_limits<uint32_t>::max()) ++repairs_;
   spdlog::info("volume repaired: remount generation {}", generation_);
 }
 
@@ -111,6 +112,7 @@ void Share::Fill(sharemanager::v1::ShareStatus& status) const {
   status.set_pseudo_path(config_.pseudo_path());
   status.set_exported(exported_ && fenced_.empty());
   status.set_remount_generation(generation_);
+  status.set_volume_repairs(repairs_);
 }
 
 }  // namespace sharemgr

@@ -39,7 +39,7 @@ class Share {
   // The serving lease is lost: the export is withdrawn for good (Mount is
   // refused from now on), so no ganesha of this process serves it again.
   void Fence(const std::string& why);
-  // A repair of the volume counts as one remount generation.
+  // A repair of the volume counts as one remount generation (and one repair).
   void CountRemount();
 
   // How far ahead of the handled generation a Mount may ask (a replacement
@@ -64,6 +64,7 @@ class Share {
   bool volume_available_ = true;
   std::string fenced_;  // why, once fenced
   uint64_t generation_ = 0;
+  uint32_t repairs_ = 0;
 };
 
 }  // namespace sharemgr

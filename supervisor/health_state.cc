@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/json_log.h"
+
 namespace supervisor {
 
 std::string_view StateName(State state) {
@@ -39,6 +41,8 @@ bool HealthStateMachine::Allowed(State from, State to) {
 bool HealthStateMachine::TransitionTo(State to, std::string reason) {
   if (!Allowed(state_, to)) return false;
   Transition transition{state_, to, std::move(reason)};
+  const base::LogFields fields({{"state", std::string(StateName(to))},
+                                {"previous_state", std::string(StateName(transition.from))}});
   spdlog::info("state {} -> {}: {}", StateName(transition.from), StateName(transition.to),
                transition.reason);
   state_ = to;

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/byte_size.h"
 #include "base/fmt_absl.h"
+#include "base/json_log.h"
 
 namespace supervisor {
 namespace {
@@ -32,6 +34,26 @@ sigset_t SupervisedSignals() {
 
 }  // namespace
 
+std::string_view DeathCauseName(DeathCause cause) {
+  switch (cause) {
+    case DeathCause::kExited:
+      return "exited";
+    case DeathCause::kSignaled:
+      return "signal";
+    case DeathCause::kHung:
+      return "hung";
+    case DeathCause::kStartTimeout:
+      return "start_timeout";
+    case DeathCause::kMemory:
+      return "memory";
+    case DeathCause::kSpawnFailed:
+      return "spawn_failed";
+    case DeathCause::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
 void BlockSupervisedSignals() {
   const sigset_t set = SupervisedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -51,6 +73,7 @@ Supervisor::Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober
       policy_(options_.restart),
       probe_short_log_(kProbeShortLogPeriod, clock),
       probe_timer_(loop, [this] { OnProbeTimer(); }),
+      usage_timer_(loop, [this] { SampleUsage(); }),
       restart_timer_(loop, [this] { SpawnChild(); }),
       stop_timer_(loop,
                   [this] {
@@ -134,6 +157,7 @@ void Supervisor::SpawnChild() {
   if (!child.ok()) {
     spdlog::error("cannot start ganesha: {}", child.status().message());
     status_.last_exit = ChildExit{127, 0};
+    status_.last_exit_cause = DeathCause::kSpawnFailed;
     status_.last_exit_description = std::string(child.status().message());
     status_.last_exit_at = std::chrono::system_clock::now();
     // A spawn failure costs a death, so a missing binary ends in FAILED, not a loop.
@@ -141,7 +165,8 @@ void Supervisor::SpawnChild() {
     instance_++;
     kill_reason_.clear();
     const auto decision = policy_.OnDeath(now);
-    ReportDeath(DeathCause::kNotStarted, *status_.last_exit, base::Clock::now(), !decision.give_up);
+    ReportDeath(DeathCause::kSpawnFailed, *status_.last_exit, base::Clock::now(),
+                !decision.give_up);
     if (decision.give_up) {
       machine_.TransitionTo(State::kFailed,
                             absl::StrCat("cannot start ganesha: ", child.status().message()));
@@ -163,9 +188,11 @@ void Supervisor::SpawnChild() {
   probe_short_ = false;
   short_rounds_ = 0;
   kill_reason_.clear();
+  samples_over_limit_ = 0;
   start_deadline_ = now + options_.start_timeout;
   status_.pid = child_->pid();
   status_.child_started = std::chrono::system_clock::now();
+  const base::LogFields fields({{"pid", int64_t{child_->pid()}}});
   spdlog::info("started ganesha pid {}", child_->pid());
   if (status_.state == State::kDegraded) {
     status_.reason =
@@ -176,6 +203,7 @@ void Supervisor::SpawnChild() {
   pidfd_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnChildExit(); });
   output_token_ = loop_.Watch(child_->output_fd(), EPOLLIN, [this](uint32_t) { OnChildOutput(); });
   probe_timer_.ArmPeriodic(kStartupProbeInterval);
+  usage_timer_.ArmPeriodic(options_.probe_interval);
   Publish();
   OnProbeTimer();
 }
@@ -202,10 +230,23 @@ void Supervisor::OnChildExit() {
   Unwatch(pidfd_token_);
   Unwatch(output_token_);
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   const pid_t pid = status_.pid;
   child_.reset();
   status_.pid = 0;
   status_.last_exit = *exit;
+  if (status_.state == State::kStopping || status_.state == State::kFailed) {
+    status_.last_exit_cause = DeathCause::kStopped;
+  } else if (!kill_reason_.empty()) {
+    status_.last_exit_cause = kill_cause_;
+  } else {
+    status_.last_exit_cause = exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited;
+  }
+  if (status_.last_exit_cause == DeathCause::kMemory) status_.memory_kills++;
+  const base::LogFields fields({{"pid", int64_t{pid}},
+                                {"cause", std::string(DeathCauseName(status_.last_exit_cause))},
+                                {"exit_code", int64_t{exit->code}},
+                                {"signal", int64_t{exit->signal}}});
   status_.last_exit_description =
       kill_reason_.empty() ? exit->Describe() : absl::StrCat(kill_reason_, "; ", exit->Describe());
   status_.last_exit_at = std::chrono::system_clock::now();
@@ -220,10 +261,7 @@ void Supervisor::OnChildExit() {
   }
   if (status_.state == State::kFailed) return;
   const auto decision = policy_.OnDeath(clock_.Now());
-  ReportDeath(kill_reason_.empty()
-                  ? (exit->signal != 0 ? DeathCause::kSignaled : DeathCause::kExited)
-                  : kill_cause_,
-              *exit, noticed, !decision.give_up);
+  ReportDeath(status_.last_exit_cause, *exit, noticed, !decision.give_up);
   if (decision.give_up) {
     machine_.TransitionTo(
         State::kFailed,
@@ -362,6 +400,11 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
     answered_ = true;
     spdlog::info("ganesha pid {} answers NFS NULL", child_->pid());
     probe_timer_.ArmPeriodic(options_.probe_interval);
+    // Its usage is in the status from the moment it serves; samples follow a
+    // probe interval apart from here.
+    usage_timer_.ArmPeriodic(options_.probe_interval);
+    SampleUsage();
+    if (!kill_reason_.empty()) return;  // over its memory limit already
   }
   Reevaluate();
   // A ProbeSoon window ends when the share is ready again, or after its time.
@@ -407,11 +450,45 @@ void Supervisor::Reevaluate() {
   }
 }
 
+void Supervisor::SampleUsage() {
+  if (!child_ || !kill_reason_.empty()) return;
+  const pid_t pid = child_->pid();
+  const auto usage = options_.read_usage(pid);
+  if (!usage) return;  // exiting: its pidfd tells
+  const uint64_t limit = options_.memory_limit_bytes;
+  const base::LogFields fields(
+      {{"pid", int64_t{pid}}, {"rss_bytes", usage->rss_bytes}, {"memory_limit_bytes", limit}});
+  if (limit > 0 && usage->rss_bytes > limit) {
+    ++samples_over_limit_;
+    if (samples_over_limit_ == 1) {
+      spdlog::warn(
+          "ganesha pid {} uses {} of memory (RSS), over the limit of {}: restarted when it stays "
+          "over for {} samples ({})",
+          pid, base::FormatBytes(usage->rss_bytes), base::FormatBytes(limit),
+          options_.memory_limit_samples,
+          base::FormatDuration(options_.probe_interval * (options_.memory_limit_samples - 1)));
+    }
+  } else if (samples_over_limit_ > 0) {
+    spdlog::info("ganesha pid {} memory back under the limit: {} of {} (RSS)", pid,
+                 base::FormatBytes(usage->rss_bytes), base::FormatBytes(limit));
+    samples_over_limit_ = 0;
+  }
+  const ChildUsage sample{.pid = pid, .usage = *usage, .samples_over_limit = samples_over_limit_};
+  for (const auto& observer : usage_observers_) observer(sample);
+  if (limit > 0 && samples_over_limit_ >= options_.memory_limit_samples) {
+    Kill(DeathCause::kMemory,
+         absl::StrCat("memory: RSS ", base::FormatBytes(usage->rss_bytes), " over the limit of ",
+                      base::FormatBytes(limit), " in ", samples_over_limit_, " samples in a row"));
+  }
+}
+
 void Supervisor::Kill(DeathCause cause, std::string reason) {
   if (!child_) return;
   // Signalled before the synchronous log, as in Fail: a full stderr must not
   // hold the kill.
   child_->SignalGroup(SIGKILL);
+  const base::LogFields fields(
+      {{"pid", int64_t{child_->pid()}}, {"cause", std::string(DeathCauseName(cause))}});
   spdlog::error("killing ganesha pid {}: {}", child_->pid(), reason);
   kill_reason_ = std::move(reason);
   kill_cause_ = cause;
@@ -429,6 +506,7 @@ void Supervisor::Stop(std::string reason) {
   Publish();
   restart_timer_.Disarm();
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   linger_timer_.Disarm();
   if (!child_) {
     Finish(failed ? Outcome::kFailed : Outcome::kStopped);
@@ -455,6 +533,7 @@ void Supervisor::Fail(std::string reason, StopSignal how) {
   Publish();
   restart_timer_.Disarm();
   probe_timer_.Disarm();
+  usage_timer_.Disarm();
   if (child_ && how == StopSignal::kTerm) {
     child_->SignalGroup(SIGTERM);
     child_->SignalGroup(SIGCONT);

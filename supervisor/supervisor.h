@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "base/log_limiter.h"
+#include "base/proc.h"
 #include "supervisor/child_process.h"
 #include "supervisor/event_loop.h"
 #include "supervisor/health_state.h"
@@ -25,6 +26,29 @@
 #include "supervisor/worker.h"
 
 namespace supervisor {
+
+// Why a child process ended, as far as the supervisor can tell.
+enum class DeathCause {
+  kExited,        // exited on its own, with a code
+  kSignaled,      // killed by a signal not sent here (a crash, the OOM killer, kill -9)
+  kHung,          // SIGKILLed here after probe_failures missed probes in a row
+  kStartTimeout,  // SIGKILLed here: no answer within start_timeout of starting
+  kMemory,        // SIGKILLed here: resident memory over memory_limit_bytes for too long
+  kSpawnFailed,   // could not be started at all
+  kStopped,       // ended by Stop() or Fail(): not a death, costs no budget
+};
+
+// "exited", "signal", "hung", "start_timeout", "memory", "spawn_failed", "stopped":
+// stable words for logs, the status and metric labels.
+std::string_view DeathCauseName(DeathCause cause);
+
+// One sample of the running child's usage, taken every probe interval.
+struct ChildUsage {
+  pid_t pid = 0;
+  base::ProcessUsage usage;
+  // Samples in a row with resident memory over the limit (0 without a limit).
+  int samples_over_limit = 0;
+};
 
 struct SupervisorOptions {
   std::vector<std::string> command;
@@ -39,6 +63,14 @@ struct SupervisorOptions {
   // How long the FAILED status stays readable before Run() ends.
   base::Duration failed_linger{std::chrono::seconds(5)};
   RestartPolicyOptions restart;
+  // The child is SIGKILLed and restarted (a death of cause kMemory, against
+  // the budget) once its resident memory has been over this many bytes in
+  // `memory_limit_samples` samples in a row, one per probe interval: over it
+  // for (samples - 1) intervals. 0: no limit.
+  uint64_t memory_limit_bytes = 0;
+  int memory_limit_samples = 10;
+  // How a sample is read: /proc of the child, unless a test scripts it.
+  std::function<std::optional<base::ProcessUsage>(pid_t)> read_usage = base::ReadProcessUsage;
 };
 
 struct SupervisorStatus {
@@ -49,20 +81,14 @@ struct SupervisorStatus {
   std::chrono::system_clock::time_point child_started;
   uint32_t restarts = 0;
   std::optional<ChildExit> last_exit;
+  DeathCause last_exit_cause = DeathCause::kExited;  // with last_exit
   std::string last_exit_description;
   std::chrono::system_clock::time_point last_exit_at;
+  // Children killed for their memory (also counted in deaths and restarts).
+  uint32_t memory_kills = 0;
 };
 
 enum class Outcome { kStopped, kFailed };
-
-// Why ganesha died, as the supervisor tells.
-enum class DeathCause {
-  kExited,        // it exited by itself (any code)
-  kSignaled,      // a signal not sent here ended it: a crash, the OOM killer, kill -9
-  kHung,          // SIGKILLed here after --probe-failures missed probes in a row
-  kStartTimeout,  // SIGKILLed here: no answer within --start-timeout of starting
-  kNotStarted,    // it could not be executed at all
-};
 
 // A death the restart policy counted (not the end of a stop, nor a kill
 // that goes with FAILED).
@@ -106,6 +132,9 @@ class Supervisor {
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
   using StatusObserver = std::function<void(const SupervisorStatus&)>;
+  // Every usage sample of the running child (loop thread). Samples are not
+  // status changes: they are never published to status observers.
+  using UsageObserver = std::function<void(const ChildUsage&)>;
 
   Supervisor(EventLoop& loop, SupervisorOptions options, Prober prober, ReadinessCheck ready,
              const base::TimeSource& clock);
@@ -129,6 +158,7 @@ class Supervisor {
   // Deaths the budget still allows within the window before the next one
   // fails the share: --max-deaths minus the deaths of the last --death-window.
   int DeathBudgetLeft() const;
+  void AddUsageObserver(UsageObserver observer) { usage_observers_.push_back(std::move(observer)); }
   // Takes over SIGTERM, SIGINT and SIGCHLD (blocked beforehand by
   // BlockSupervisedSignals) and publishes STARTING with `reason`, without
   // starting the child yet (while the volume is prepared): a SIGTERM then ends
@@ -173,6 +203,8 @@ class Supervisor {
   void Kill(DeathCause cause, std::string reason);
   void ReportDeath(DeathCause cause, const ChildExit& exit, base::TimePoint noticed,
                    bool restarting);
+  // Reads the child's usage, tells the usage observers, enforces the memory limit.
+  void SampleUsage();
   void Finish(Outcome outcome);
   void Publish();
   void Unwatch(uint64_t& token);
@@ -188,6 +220,7 @@ class Supervisor {
   std::vector<StatusObserver> observers_;
   SpawnHooks spawn_hooks_;
   SupervisorEvents events_;
+  std::vector<UsageObserver> usage_observers_;
 
   std::optional<ChildProcess> child_;
   uint64_t instance_ = 0;  // counts spawns; stale probe results are ignored
@@ -208,16 +241,19 @@ class Supervisor {
   base::LogLimiter probe_short_log_;
   std::string last_probe_error_;
   std::string kill_reason_;
-  DeathCause kill_cause_ = DeathCause::kSignaled;
+  DeathCause kill_cause_ = DeathCause::kSignaled;  // with kill_reason_
   // When the first of the current run of missed probes went out (steady
   // clock, for events_).
   base::TimePoint first_miss_sent_{};
+  int samples_over_limit_ = 0;
   base::TimePoint start_deadline_{};
   std::optional<base::TimePoint> fast_until_;
   std::optional<Outcome> outcome_;
   bool held_ = false;
 
   Timer probe_timer_;
+  // Usage samples, every probe interval while a child runs.
+  Timer usage_timer_;
   Timer restart_timer_;
   Timer stop_timer_;
   Timer linger_timer_;

@@ -29,6 +29,7 @@
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/http_get.h"
+#include "tests/support/json_lines.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/metrics_scrape.h"
 #include "tests/support/nfs_client.h"
@@ -543,6 +544,30 @@ TEST_CASE("share-controller runs a share with real processes and prints its phas
   std::string line;
   std::getline(store, line);
   CHECK(line.find("\"name\":\"vol-cli\"") != std::string::npos);
+}
+
+TEST_CASE(
+    "share-controller --log-format json: every line parses as a JSON object, a phase line with "
+    "the share's volume, epoch, phase and pod as fields") {
+  TempDir dir("sharemgr-ctl");
+  ControllerProcess ctl({"--log-format", "json", "--work-dir", dir.path(), "--share", "vol-json",
+                         "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2",
+                         "--resync", "200ms"});
+  CHECK_MESSAGE(ctl.WaitOutput("vol-json RUNNING epoch=1", milliseconds(20'000)), ctl.output());
+  const auto exit = ctl.Stop();
+  REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+  CHECK(exit->ShellCode() == 0);
+  const auto lines = testing_support::ParseJsonLines(ctl.output());
+  REQUIRE_MESSAGE(lines.ok(), lines.status().ToString());
+  const auto running = std::find_if(lines->begin(), lines->end(), [](const std::string& line) {
+    return line.find("\"phase\": \"RUNNING\"") != std::string::npos;
+  });
+  REQUIRE(running != lines->end());
+  for (const char* field : {"\"component\": \"share-controller\"", "\"volume\": \"vol-json\"",
+                            "\"epoch\": 1,", "\"pod\": \"", "\"level\": \"info\""}) {
+    CAPTURE(field);
+    CHECK(running->find(field) != std::string::npos);
+  }
 }
 
 namespace {

@@ -127,6 +127,7 @@ TEST_CASE(
   const uint64_t before = RequireOk(d->Status()).remount_generation();
   const auto seen = RemountReadOnlyUntilRepaired(*d, before);
   CHECK(seen.back().remount_generation() == before + 1);
+  CHECK(seen.back().volume_repairs() == 1);  // what `share-manager status` shows
   // Three volume probes later (seen, not slept for): no further bumps.
   REQUIRE_MESSAGE(testing_support::WaitVolumeProbes(*d, 3), d->output());
   CHECK(RequireOk(d->Status()).remount_generation() == before + 1);

@@ -104,6 +104,11 @@ TEST_CASE("bad flags are refused with a message naming the flag") {
       {[](DaemonFlags& f) { f.metrics_listen = "9602"; }, "--metrics-listen"},
       {[](DaemonFlags& f) { f.metrics_listen = "metrics.example:9602"; }, "--metrics-listen"},
       {[](DaemonFlags& f) { f.metrics_listen = "127.0.0.1:0"; }, "--metrics-listen"},
+      {[](DaemonFlags& f) { f.ganesha_memory_limit = "lots"; }, "--ganesha-memory-limit"},
+      {[](DaemonFlags& f) { f.ganesha_memory_limit = "-1Gi"; }, "--ganesha-memory-limit"},
+      {[](DaemonFlags& f) { f.ganesha_memory_grace = "forever"; }, "--ganesha-memory-grace"},
+      {[](DaemonFlags& f) { f.ganesha_cache_entries = -1; }, "--ganesha-cache-entries"},
+      {[](DaemonFlags& f) { f.ganesha_max_connections = 20'000; }, "--ganesha-max-connections"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.flag);
@@ -306,6 +311,41 @@ TEST_CASE("metrics are off by default, and --metrics-listen is kept as given") {
   CHECK(ResolveDaemonConfig(flags)->metrics_listen.empty());
   flags.metrics_listen = "[::1]:9602";
   CHECK(ResolveDaemonConfig(flags)->metrics_listen == "[::1]:9602");
+}
+
+TEST_CASE(
+    "ganesha's memory: caches bounded by default (10000 files, 100 directory chunks of 32, 1024 "
+    "clients and connections), no RSS limit, and a limit holds for the grace in probe intervals") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  const auto& limits = config->ganesha.input().limits;
+  CHECK(limits.cache_entries == 10'000);
+  CHECK(limits.dir_chunks == 100);
+  CHECK(limits.dir_chunk_entries == 32);
+  CHECK(limits.max_clients == 1'024);
+  CHECK(limits.max_connections == 1'024);
+  CHECK(config->supervisor.memory_limit_bytes == 0);
+
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  // CLI11 takes a vector of arguments last first.
+  REQUIRE_NOTHROW(app.parse(
+      std::vector<std::string>{"2.5s", "--ganesha-memory-grace", "512Mi", "--ganesha-memory-limit",
+                               "0", "--ganesha-cache-entries", "pvc-1", "--volume"}));
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK(config->ganesha.input().limits.cache_entries == 0);  // ganesha's own default
+  CHECK(config->supervisor.memory_limit_bytes == 512ull << 20);
+  // The first sample over the limit, then 2.5 s at 1 s: three more.
+  CHECK(config->supervisor.memory_limit_samples == 4);
+  flags.probe_interval = "250ms";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 11);
+  flags.ganesha_memory_grace = "0s";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_samples == 1);
+  flags.ganesha_memory_limit = "off";
+  CHECK(ResolveDaemonConfig(flags)->supervisor.memory_limit_bytes == 0);
 }
 
 TEST_CASE("[v6]:port and :port listen addresses are accepted") {

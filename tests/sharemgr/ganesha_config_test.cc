@@ -85,6 +85,21 @@ TEST_CASE("Create refuses every unsafe input, so nothing unchecked reaches the f
       {"anon uid negative", [](GaneshaConfigInput& i) { i.anon_uid = -1; }, "--anon-uid"},
       {"anon gid beyond 32 bits", [](GaneshaConfigInput& i) { i.anon_gid = 1LL << 32; },
        "--anon-gid"},
+      {"cache entries negative", [](GaneshaConfigInput& i) { i.limits.cache_entries = -1; },
+       "--ganesha-cache-entries"},
+      {"cache entries beyond 32 bits",
+       [](GaneshaConfigInput& i) { i.limits.cache_entries = 1LL << 32; },
+       "--ganesha-cache-entries"},
+      {"dir chunks negative", [](GaneshaConfigInput& i) { i.limits.dir_chunks = -5; },
+       "--ganesha-dir-chunks"},
+      {"dir chunk entries beyond 32 bits",
+       [](GaneshaConfigInput& i) { i.limits.dir_chunk_entries = 1LL << 32; },
+       "--ganesha-dir-chunk-entries"},
+      {"clients beyond 32 bits", [](GaneshaConfigInput& i) { i.limits.max_clients = 1LL << 33; },
+       "--ganesha-max-clients"},
+      {"connections beyond ganesha's range",
+       [](GaneshaConfigInput& i) { i.limits.max_connections = 10'001; },
+       "--ganesha-max-connections"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -126,6 +141,45 @@ TEST_CASE("a client list grants access only through CLIENT blocks, the probe met
   CHECK(text.rfind("}\n") > text.rfind("Access_Type = MDONLY_RO;"));
   input.squash = Squash::kAll;
   CHECK(Contains(GaneshaConfig::Create(input)->Render(true), "Squash = All_Squash;"));
+}
+
+TEST_CASE("memory limits land in the blocks ganesha reads them from, each only when set") {
+  auto input = GoodInput();
+  input.limits = {.cache_entries = 10000,
+                  .dir_chunks = 1000,
+                  .dir_chunk_entries = 32,
+                  .max_clients = 1024,
+                  .max_connections = 512};
+  const std::string text = GaneshaConfig::Create(input)->Render(false);
+  CHECK(Contains(
+      text,
+      "MDCACHE {\n  Entries_HWMark = 10000;\n  Chunks_HWMark = 1000;\n  Dir_Chunk = 32;\n}\n"));
+  // Inside NFS_CORE_PARAM and NFSv4: a block written twice is not merged by ganesha.
+  const auto core = text.find("NFS_CORE_PARAM {");
+  const auto v4 = text.find("NFSv4 {");
+  const auto connections = text.find("  RPC_Max_Connections = 512;\n");
+  const auto clients = text.find("  Max_Client_Ids = 1024;\n");
+  REQUIRE(connections != std::string::npos);
+  REQUIRE(clients != std::string::npos);
+  CHECK(core < connections);
+  CHECK(connections < text.find('}', core));
+  CHECK(v4 < clients);
+  CHECK(clients < text.find('}', v4));
+  CHECK(text.find("NFS_CORE_PARAM {") == text.rfind("NFS_CORE_PARAM {"));
+  CHECK(text.find("NFSv4 {") == text.rfind("NFSv4 {"));
+
+  // 0 is ganesha's own default: no line, and no MDCACHE block at all.
+  input.limits = {.dir_chunks = 7};
+  const std::string partial = GaneshaConfig::Create(input)->Render(true);
+  CHECK(Contains(partial, "MDCACHE {\n  Chunks_HWMark = 7;\n}\n"));
+  CHECK_FALSE(Contains(partial, "Entries_HWMark"));
+  input.limits = {};
+  const std::string stock = GaneshaConfig::Create(input)->Render(true);
+  for (const char* name : {"MDCACHE", "Entries_HWMark", "Chunks_HWMark", "Dir_Chunk",
+                           "Max_Client_Ids", "RPC_Max_Connections"}) {
+    CAPTURE(name);
+    CHECK_FALSE(Contains(stock, name));
+  }
 }
 
 }  // namespace sharemgr

@@ -63,7 +63,8 @@ TEST_CASE("share metrics: death causes as labels") {
         "exit_2");
   CHECK(ShareMetrics::DeathCauseLabel({.cause = DeathCause::kHung}) == "hang");
   CHECK(ShareMetrics::DeathCauseLabel({.cause = DeathCause::kStartTimeout}) == "start_timeout");
-  CHECK(ShareMetrics::DeathCauseLabel({.cause = DeathCause::kNotStarted}) == "not_started");
+  CHECK(ShareMetrics::DeathCauseLabel({.cause = DeathCause::kSpawnFailed}) == "spawn_failed");
+  CHECK(ShareMetrics::DeathCauseLabel({.cause = DeathCause::kMemory}) == "memory");
 }
 
 TEST_CASE(

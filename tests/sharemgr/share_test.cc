@@ -107,4 +107,15 @@ TEST_CASE("Fence withdraws the export for good: ganesha.conf, readiness, Mount r
   CHECK(f.share->CheckReady().message() == "lease lost: test");
 }
 
+TEST_CASE("a repair counts one remount generation and one volume repair, a Mount no repair") {
+  Fixture f;
+  CHECK(*f.share->Mount(0) == 1);
+  f.share->CountRemount();
+  f.share->CountRemount();
+  sharemanager::v1::ShareStatus status;
+  f.share->Fill(status);
+  CHECK(status.remount_generation() == 3);
+  CHECK(status.volume_repairs() == 2);
+}
+
 }  // namespace sharemgr

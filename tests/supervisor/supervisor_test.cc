@@ -93,6 +93,10 @@ class Harness {
                 hangs_.push_back(since);
               },
       });
+      sup.AddUsageObserver([this](const ChildUsage& u) {
+        std::lock_guard lock(mu_);
+        usage_.push_back(u);
+      });
       sup.Start();
       started_.set_value();
       loop.Run();
@@ -182,6 +186,10 @@ class Harness {
     std::lock_guard lock(mu_);
     return failed_probes_;
   }
+  std::vector<ChildUsage> usage() {
+    std::lock_guard lock(mu_);
+    return usage_;
+  }
 
   std::atomic<bool> probe_ok_{true};
   // While probe_ok_ is false or probe_short_ is true, every answer_every_-th
@@ -208,6 +216,7 @@ class Harness {
   int answered_probes_ = 0;
   int budget_left_ = -1;
   std::vector<std::pair<base::TimePoint, base::TimePoint>> failed_probes_;
+  std::vector<ChildUsage> usage_;
   std::optional<Outcome> outcome_;
   std::thread thread_;
 };
@@ -307,6 +316,7 @@ TEST_CASE("a child that answers becomes SERVING, killing it restarts it in place
       [&](const SupervisorStatus& s) { return s.state == State::kServing && s.pid != first; });
   REQUIRE(again.last_exit.has_value());
   CHECK(again.last_exit->signal == SIGKILL);
+  CHECK(again.last_exit_cause == DeathCause::kSignaled);  // not sent by the supervisor
   const auto seen = h.history();
   CHECK(std::any_of(seen.begin(), seen.end(),
                     [](const SupervisorStatus& s) { return s.state == State::kDegraded; }));
@@ -336,6 +346,7 @@ TEST_CASE("a child that stops answering is hung: killed after N misses and resta
       [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
   CHECK(killed.last_exit->signal == SIGKILL);
   CHECK(killed.last_exit_description.find("hung: 3 NFS NULL probes missed") != std::string::npos);
+  CHECK(killed.last_exit_cause == DeathCause::kHung);
   CHECK_FALSE(Alive(first));
   h.probe_ok_ = true;
   CHECK(h.WaitFor(StateIs(State::kServing)).restarts == 1);
@@ -465,6 +476,7 @@ TEST_CASE("a program that cannot be executed spends the budget instead of loopin
   Harness h(FastOptions(), {"/nonexistent/ganesha.nfsd"});
   const auto failed = h.WaitFor(StateIs(State::kFailed));
   CHECK(failed.reason.find("cannot start ganesha") != std::string::npos);
+  CHECK(failed.last_exit_cause == DeathCause::kSpawnFailed);
   CHECK(h.Join() == Outcome::kFailed);
 }
 
@@ -473,10 +485,11 @@ TEST_CASE("a child that never answers is killed at the start timeout") {
   options.start_timeout = milliseconds(200);
   Harness h(options);
   h.probe_ok_ = false;  // may race the first probe; the check below waits for a kill either way
-  h.WaitFor([](const SupervisorStatus& s) {
+  const auto killed = h.WaitFor([](const SupervisorStatus& s) {
     return s.last_exit.has_value() &&
            s.last_exit_description.find("did not answer NFS NULL within") != std::string::npos;
   });
+  CHECK(killed.last_exit_cause == DeathCause::kStartTimeout);
 }
 
 TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then the run ends") {
@@ -490,6 +503,7 @@ TEST_CASE("Stop terminates the child, and a stopped (SIGSTOP) child too, then th
   const auto last = h.history().back();
   CHECK(last.state == State::kStopping);
   CHECK(last.pid == 0);
+  CHECK(last.last_exit_cause == DeathCause::kStopped);  // no death: the budget is untouched
 }
 
 TEST_CASE(
@@ -604,6 +618,120 @@ TEST_CASE(
   CHECK(testing_support::HoldsFor([&] { return h.history().back().pid == 0; }, milliseconds(300)));
   std::lock_guard lock(mu);
   CHECK(announced.size() == 2);
+}
+
+// The child's usage as read_usage reports it: resident bytes set by the test,
+// and a count of samples taken.
+struct ScriptedUsage {
+  std::atomic<uint64_t> rss_bytes{1 << 20};
+  // When > 0, every Nth sample reads as 0 bytes (under any limit).
+  std::atomic<int> low_every{0};
+  std::atomic<int> samples{0};
+
+  void Install(SupervisorOptions& options) {
+    options.read_usage = [this](pid_t pid) -> std::optional<base::ProcessUsage> {
+      if (!Alive(pid)) return std::nullopt;
+      const int n = ++samples;
+      const int every = low_every;
+      return base::ProcessUsage{.rss_bytes = every > 0 && n % every == 0 ? 0 : rss_bytes.load(),
+                                .threads = 1};
+    };
+  }
+};
+
+SupervisorOptions MemoryBoundOptions(ScriptedUsage& usage) {
+  SupervisorOptions options = FastOptions();
+  options.memory_limit_bytes = 100 << 20;
+  options.memory_limit_samples = 3;
+  usage.Install(options);
+  return options;
+}
+
+TEST_CASE(
+    "a child over the memory limit for N samples in a row is killed and restarted in place: a "
+    "death of cause memory") {
+  ScriptedUsage usage;  // outlives the harness, whose loop reads it
+  Harness h(MemoryBoundOptions(usage));
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  usage.rss_bytes = (100 << 20) + 1;
+  const auto killed = h.WaitFor(
+      [&](const SupervisorStatus& s) { return s.last_exit.has_value() && s.pid != first; });
+  CHECK(killed.last_exit->signal == SIGKILL);
+  CHECK(killed.last_exit_cause == DeathCause::kMemory);
+  CHECK(killed.last_exit_description.find("memory: RSS 100.0 MiB over the limit of 100.0 MiB in "
+                                          "3 samples in a row") != std::string::npos);
+  CHECK(killed.memory_kills == 1);
+  CHECK_FALSE(Alive(first));
+  // The observers saw the count rise to the limit for the first child.
+  std::vector<int> counts;
+  for (const auto& sample : h.usage()) {
+    if (sample.pid == first && sample.samples_over_limit > 0) {
+      counts.push_back(sample.samples_over_limit);
+    }
+  }
+  CHECK(counts == std::vector<int>{1, 2, 3});
+  usage.rss_bytes = 1 << 20;
+  const auto again = h.WaitFor(StateIs(State::kServing));
+  CHECK(again.restarts == 1);
+  CHECK(again.memory_kills == 1);
+  // Under the limit it stays: samples go on, nothing more is killed.
+  const int from = usage.samples;
+  REQUIRE(
+      testing_support::WaitFor([&] { return usage.samples >= from + 10; }, milliseconds(10'000)));
+  CHECK(h.history().back().pid == again.pid);
+  CHECK(h.history().back().restarts == 1);
+}
+
+TEST_CASE("memory over the limit counts only in a row, and without a limit never") {
+  ScriptedUsage usage;
+  SUBCASE("a sample under the limit starts the count again") {
+    usage.low_every = 3;  // over, over, under, over, over, under, ... with 3 in a row needed
+    usage.rss_bytes = uint64_t{1} << 40;
+    Harness h(MemoryBoundOptions(usage));
+    const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+    REQUIRE(testing_support::WaitFor([&] { return usage.samples >= 30; }, milliseconds(10'000)));
+    CheckNeverRestarted(h.history().back(), pid);
+    CHECK(h.history().back().memory_kills == 0);
+  }
+  SUBCASE("no limit") {
+    usage.rss_bytes = uint64_t{1} << 40;
+    SupervisorOptions options = MemoryBoundOptions(usage);
+    options.memory_limit_bytes = 0;
+    Harness h(options);
+    const pid_t pid = h.WaitFor(StateIs(State::kServing)).pid;
+    REQUIRE(testing_support::WaitFor([&] { return usage.samples >= 30; }, milliseconds(10'000)));
+    CheckNeverRestarted(h.history().back(), pid);
+    // Sampled all the same, for the status and metrics.
+    const auto samples = h.usage();
+    REQUIRE_FALSE(samples.empty());
+    CHECK(samples.back().pid == pid);
+    CHECK(samples.back().usage.rss_bytes == uint64_t{1} << 40);
+    CHECK(samples.back().samples_over_limit == 0);
+  }
+}
+
+TEST_CASE("memory kills spend the death budget like any death: then FAILED") {
+  ScriptedUsage usage;
+  usage.rss_bytes = uint64_t{1} << 40;  // every child, always
+  SupervisorOptions options = MemoryBoundOptions(usage);
+  options.restart.max_deaths = 2;
+  Harness h(options);
+  const auto failed = h.WaitFor(StateIs(State::kFailed));
+  CHECK(failed.reason.find("exceed the budget of 2") != std::string::npos);
+  CHECK(failed.reason.find("memory: RSS") != std::string::npos);
+  CHECK(failed.last_exit_cause == DeathCause::kMemory);
+  CHECK(failed.memory_kills == 3);
+  CHECK(h.Join() == Outcome::kFailed);
+}
+
+TEST_CASE("death causes have stable names") {
+  CHECK(DeathCauseName(DeathCause::kExited) == "exited");
+  CHECK(DeathCauseName(DeathCause::kSignaled) == "signal");
+  CHECK(DeathCauseName(DeathCause::kHung) == "hung");
+  CHECK(DeathCauseName(DeathCause::kStartTimeout) == "start_timeout");
+  CHECK(DeathCauseName(DeathCause::kMemory) == "memory");
+  CHECK(DeathCauseName(DeathCause::kSpawnFailed) == "spawn_failed");
+  CHECK(DeathCauseName(DeathCause::kStopped) == "stopped");
 }
 
 TEST_CASE("orphans adopted by the supervisor are reaped: no zombies") {
@@ -745,12 +873,12 @@ TEST_CASE(
   CHECK(h.budget_left() == 0);
 }
 
-TEST_CASE("events: a program that cannot be executed dies of not_started") {
+TEST_CASE("events: a program that cannot be executed dies of spawn_failed") {
   Harness h(FastOptions(), {"/nonexistent/ganesha.nfsd"});
   h.WaitFor(StateIs(State::kFailed));
   const auto deaths = h.deaths();
   REQUIRE(deaths.size() == 4);
-  CHECK(deaths.front().cause == DeathCause::kNotStarted);
+  CHECK(deaths.front().cause == DeathCause::kSpawnFailed);
   CHECK(deaths.front().restarting);
   CHECK_FALSE(deaths.back().restarting);
 }
