@@ -38,7 +38,7 @@ std::string HolderPid(int fd) {
 }  // namespace
 
 absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path, Kind kind,
-                                           const std::string& holder) {
+                                           const std::string& holder, Sharing sharing) {
   UniqueFd fd(kind == Kind::kDirectory
                   ? open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                   : open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -46,7 +46,8 @@ absl::StatusOr<FileLock> FileLock::Acquire(const std::string& path, Kind kind,
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open ", path, " to lock it: ", std::strerror(errno)));
   }
-  while (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+  const int operation = sharing == Sharing::kShared ? LOCK_SH : LOCK_EX;
+  while (flock(fd.get(), operation | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno == EWOULDBLOCK) {
       return absl::FailedPreconditionError(

@@ -1,5 +1,7 @@
-// An exclusive, non-blocking flock held for the owner's lifetime: one process
-// per resource (a store file, a work directory). The kernel drops it when the
+// A non-blocking flock held for the owner's lifetime: exclusive, one process
+// per resource (a store file, a work directory); or shared, any number of
+// processes of one kind (highly available share-controller replicas on one
+// work dir) and none holding it exclusively. The kernel drops it when the
 // process dies, however it dies, so a crash never leaves a stale lock.
 #pragma once
 
@@ -17,11 +19,15 @@ class FileLock {
     kDirectory,  // an existing directory, locked itself
   };
 
-  // Takes the lock or fails at once. When another process holds it the error
-  // is FailedPrecondition "another <holder> holds <path> (pid N)" (the pid as
+  enum class Sharing { kExclusive, kShared };
+
+  // Takes the lock or fails at once. When another process holds it (any
+  // lock, for kExclusive; an exclusive one, for kShared) the error is
+  // FailedPrecondition "another <holder> holds <path> (pid N)" (the pid as
   // /proc/locks names it, "pid unknown" when it cannot be found).
   static absl::StatusOr<FileLock> Acquire(const std::string& path, Kind kind,
-                                          const std::string& holder);
+                                          const std::string& holder,
+                                          Sharing sharing = Sharing::kExclusive);
 
   FileLock(FileLock&&) = default;
   FileLock& operator=(FileLock&&) = default;

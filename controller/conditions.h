@@ -20,6 +20,10 @@ inline constexpr char kPodCreateFailed[] = "PodCreateFailed";
 inline constexpr char kPodDeleteFailed[] = "PodDeleteFailed";
 inline constexpr char kMountFailed[] = "MountFailed";
 inline constexpr char kRuntimeUnavailable[] = "RuntimeUnavailable";
+// True while the next pod waits for the runtime's go (PodRuntime::CheckStart:
+// the previous pod's serving lease still held, or the drift margin after it);
+// the message is what it waits for.
+inline constexpr char kWaitingToStart[] = "WaitingToStart";
 }  // namespace condition
 
 using Condition = sharemanager::controller::v1::Condition;

@@ -26,6 +26,10 @@ class FaultyPodRuntime final : public PodRuntime {
                                                        [&] { return inner_.List(volume); });
   }
   void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
+  absl::StatusOr<StartCheck> CheckStart(const sharemanager::controller::v1::ShareSpec& spec,
+                                        uint64_t epoch) override {
+    return inner_.CheckStart(spec, epoch);
+  }
 
  private:
   PodRuntime& inner_;

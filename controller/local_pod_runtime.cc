@@ -354,7 +354,9 @@ absl::StatusOr<std::unique_ptr<LocalPodRuntime>> LocalPodRuntime::Open(
   if (auto range = LocalPortTable::Usable(options.port_range); !range.ok()) return range.status();
   if (auto s = base::EnsureDirectory(options.work_dir, 0755); !s.ok()) return s;
   auto lock = base::FileLock::Acquire(options.work_dir, base::FileLock::Kind::kDirectory,
-                                      options.lock_holder);
+                                      options.lock_holder,
+                                      options.share_work_dir ? base::FileLock::Sharing::kShared
+                                                             : base::FileLock::Sharing::kExclusive);
   if (!lock.ok()) return lock.status();
   return std::unique_ptr<LocalPodRuntime>(
       new LocalPodRuntime(std::move(options), *std::move(lock)));

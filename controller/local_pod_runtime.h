@@ -16,7 +16,8 @@
 // never taken for the pod. A pod is gone only when its whole process tree is
 // (the share-manager and the children it started in their own groups,
 // ganesha), seen through pidfds and /proc. One runtime per work dir: it holds
-// the work dir's lock for its lifetime.
+// the work dir's lock for its lifetime (shared among highly available
+// controller replicas, whose leader election picks the one that acts).
 #pragma once
 
 #include <chrono>
@@ -69,6 +70,11 @@ struct LocalPodRuntimeOptions {
   base::PortRange port_range = kDefaultPortRange;
   // Who holds the work dir, as the error of a second runtime over it names it.
   std::string lock_holder = "pod runtime";
+  // Highly available share-controller replicas share one work dir: each
+  // holds its lock shared (so no single-machine controller, which locks it
+  // exclusively, runs beside them) and the leader election, not the lock,
+  // decides which one acts (README "Highly available share-controller").
+  bool share_work_dir = false;
   // Writes a pod record whole (readers see the old file or the new one).
   // Unset: base::WriteFileAtomically. Only tests set it, to make one pod's
   // record writes slow or fail, or to see what is written when; it is called
@@ -115,8 +121,9 @@ class LocalPodRuntime final : public PodRuntime {
   // lifetime, then adopts the pods recorded there. Two runtimes over one work
   // dir would both adopt, delete and replace the same pods: while another one
   // (in this process or another) holds it, fails with FailedPrecondition
-  // "another <lock_holder> holds <work_dir> (pid N)". InvalidArgument: no
-  // work dir, or no usable port range (LocalPortTable::Usable).
+  // "another <lock_holder> holds <work_dir> (pid N)" (with share_work_dir:
+  // only while one holds it exclusively). InvalidArgument: no work dir, or no
+  // usable port range (LocalPortTable::Usable).
   static absl::StatusOr<std::unique_ptr<LocalPodRuntime>> Open(LocalPodRuntimeOptions options);
   // Shutdown(), if not done yet; then releases the work dir.
   ~LocalPodRuntime() override;

@@ -2,12 +2,15 @@
 // (optionally persisted) or an EtcdStore, and LocalPodRuntime, for shares
 // given by flags or a file, and prints each share's phase as it changes. One
 // share-controller per store file and per work dir: each is flocked for the
-// process's lifetime (and, until leader election, one per etcd prefix).
+// process's lifetime. With --store etcd:// it is one replica of a highly
+// available deployment (controller/ha_replica.h): it acts only while it
+// leads, and replicas share the work dir.
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM; 1 failed to start or run, or
 // another share-controller holds the store file or the work dir, or etcd
 // cannot be reached; 2 bad flags, or a file they name cannot be used (an
-// unreadable store is never started empty).
+// unreadable store is never started empty); 3 (kExitNotLeader) lost the
+// leadership: stopped acting at once, every pod left running.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -34,6 +37,7 @@
 #include "controller/controller_metrics.h"
 #include "controller/etcd_store.h"
 #include "controller/grpc_share_connector.h"
+#include "controller/ha_replica.h"
 #include "controller/local_pod_runtime.h"
 #include "controller/memory_store.h"
 #include "metrics/endpoint.h"
@@ -75,7 +79,7 @@ int main(int argc, char** argv) {
       "remounted once per read-only event. Prints every share's phase as it changes.\n"
       "Exit codes: 0 stopped by a signal; 1 failed, or another share-controller holds the\n"
       "store file or work dir, or etcd cannot be reached; 2 bad flags or an unusable file\n"
-      "(an unreadable store)."};
+      "(an unreadable store); 3 lost the leadership (--store etcd://), pods left running."};
   std::vector<std::string> shares;
   std::string shares_file, store_file, work_dir = "/var/lib/share-controller";
   std::string binary = SiblingBinary(argv[0], "share-manager");
@@ -102,8 +106,8 @@ int main(int argc, char** argv) {
   std::string store_url, etcd_timeout = "5s";
   app.add_option("--store", store_url,
                  "Keep share records in etcd (v3 API, tried in order) under PREFIX/shares/: "
-                 "etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Instead of --store-file; one "
-                 "share-controller per prefix");
+                 "etcd://HOST:PORT[,HOST:PORT...]/PREFIX. Instead of --store-file; replicas on "
+                 "one prefix elect one leader (PREFIX/leader), the only one that acts");
   app.add_option("--etcd-timeout", etcd_timeout, "Deadline of every etcd call")
       ->capture_default_str();
   // The client side of base's TLS flags under other names: etcd's CA and
@@ -139,7 +143,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--stop-pods-on-exit", stop_pods_on_exit,
                  "Delete every pod (and wait until they are gone) when stopping; false: pods keep "
-                 "running and the next share-controller on this work dir adopts them")
+                 "running and the next share-controller on this work dir adopts them (the "
+                 "default with --store etcd://: the next leader does)")
       ->capture_default_str();
   app.add_flag("--ephemeral-pods", ephemeral_pods,
                "Pods get SIGKILL when share-controller dies however it dies (PR_SET_PDEATHSIG)");
@@ -162,6 +167,8 @@ int main(int argc, char** argv) {
   // --daemon-flag=--tls-dir=...).
   base::TlsFlags tls;
   base::AddTlsFlags(app, tls, base::TlsRole::kClient);
+  controller::HaFlags ha_flags;
+  controller::AddHaFlags(app, ha_flags);
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics (default: off)");
@@ -208,6 +215,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     etcd_url = *std::move(parsed);
+    if (ephemeral_pods) {
+      std::cerr << "share-controller: --ephemeral-pods and --store etcd://: pods must outlive the "
+                   "leader that started them\n";
+      return 2;
+    }
+    // A leader that stops hands its pods to the next one.
+    if (app.count("--stop-pods-on-exit") == 0) stop_pods_on_exit = false;
+  } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app); !s.ok()) {
+    std::cerr << "share-controller: " << s.message() << "\n";
+    return 2;
   } else if (!etcd_tls.cert.empty() || !etcd_tls.key.empty() || !etcd_tls.ca.empty() ||
              !etcd_tls.dir.empty() || !etcd_tls.server_name.empty()) {
     std::cerr << "share-controller: the --etcd-* TLS flags need --store etcd://...\n";
@@ -246,6 +263,17 @@ int main(int argc, char** argv) {
               << "\n";
     return 2;
   }
+  std::optional<controller::HaReplicaOptions> ha;
+  if (etcd_url) {
+    const bool etcd_tls_given = !etcd_tls.cert.empty() || !etcd_tls.dir.empty();
+    auto resolved =
+        controller::ResolveHaReplica(ha_flags, *etcd_url, *etcd_security, etcd_tls_given, work_dir);
+    if (!resolved.ok()) {
+      std::cerr << "share-controller: " << resolved.status().message() << "\n";
+      return 2;
+    }
+    ha = *std::move(resolved);
+  }
 
   // Two controllers on one store file would overwrite each other's records
   // (and epochs): locked before it is read, held until exit. The work dir is
@@ -274,6 +302,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::string> last_line ABSL_GUARDED_BY(mu);
   } printed;
   std::unique_ptr<controller::Store> store;
+  controller::EtcdStore* etcd_store = nullptr;
   if (etcd_url) {
     auto client = etcd::EtcdClient::Create({.endpoints = etcd_url->endpoints,
                                             .call_timeout = etcd_call_timeout,
@@ -284,6 +313,7 @@ int main(int argc, char** argv) {
       std::cerr << "share-controller: --store: " << opened.status().message() << "\n";
       return 1;
     }
+    etcd_store = opened->get();
     store = *std::move(opened);
   } else if (store_file.empty()) {
     store = std::make_unique<controller::MemoryStore>();
@@ -295,12 +325,31 @@ int main(int argc, char** argv) {
     }
     store = *std::move(opened);
   }
+  // A replica waits here until it leads: only then does it write, adopt the
+  // pods and reconcile.
+  std::unique_ptr<controller::HaReplica> replica;
+  if (ha) {
+    auto started = controller::HaReplica::Start(*std::move(ha), *etcd_store);
+    if (!started.ok()) {
+      std::cerr << "share-controller: " << started.status().message() << "\n";
+      return 1;
+    }
+    replica = *std::move(started);
+    int sig = 0;
+    if (!replica->AwaitLeadership(stop_signals, &sig)) {
+      spdlog::info("received signal {} before leading; stopping", sig);
+      return 0;
+    }
+    const auto lease_flags = replica->PodDaemonFlags();
+    daemon_flags.insert(daemon_flags.begin(), lease_flags.begin(), lease_flags.end());
+  }
+  controller::Store& acting_store = replica ? replica->acting_store() : *store;
   for (const auto& volume : shares) {
     v1::ShareRecord record;
     record.set_name(volume);
     record.mutable_spec()->set_volume(volume);
     record.mutable_spec()->set_serve(true);
-    auto created = store->Create(record);
+    auto created = acting_store.Create(record);
     if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
       std::cerr << "share-controller: " << created.status().message() << "\n";
       return 1;
@@ -339,12 +388,14 @@ int main(int argc, char** argv) {
                                          .ephemeral = ephemeral_pods,
                                          .stop_pods_on_exit = stop_pods_on_exit,
                                          .port_range = *ports,
-                                         .lock_holder = "share-controller"});
+                                         .lock_holder = "share-controller",
+                                         .share_work_dir = replica != nullptr});
   if (!opened.ok()) {
     std::cerr << "share-controller: " << opened.status().message() << "\n";
     return 1;
   }
   controller::LocalPodRuntime& runtime = **opened;
+  controller::PodRuntime& acting_runtime = replica ? replica->Acting(runtime) : runtime;
 
   // Print phase changes as they are recorded.
   store->Watch([&](const std::string& name) {
@@ -365,7 +416,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}", line);
   });
 
-  controller::Controller controller(*store, runtime, connector, clock, mono, options);
+  controller::Controller controller(acting_store, acting_runtime, connector, clock, mono, options);
   // Declared after the controller: stopped (no scrape) before it goes.
   std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (metrics) {
@@ -397,5 +448,7 @@ int main(int argc, char** argv) {
   // and stops its monitor (its last notifications reach a stopped queue).
   controller.Stop();
   runtime.Shutdown();
+  // Acting has ended: a follower may take over at once.
+  if (replica) replica->Resign();
   return 0;
 }

@@ -42,10 +42,30 @@ struct Pod {
 // The pod name for (volume, epoch): one pod per epoch, so names never repeat.
 std::string PodName(const std::string& volume, uint64_t epoch);
 
+// Whether a new pod may start now (PodRuntime::CheckStart).
+struct StartCheck {
+  bool ready = true;
+  // Not ready: ask again after this long, and what it waits for (stable
+  // across asks: it goes into the share's status).
+  int64_t retry_after_ms = 0;
+  std::string waiting_for;
+};
+
 class PodRuntime {
  public:
   using Listener = std::function<void(const std::string& volume)>;
   virtual ~PodRuntime() = default;
+
+  // Whether a pod for the spec's volume under `epoch` may be created now:
+  // e.g. not while the previous pod's serving lease is still held in etcd
+  // (controller/serving_lease_gate.h). Asked right before each Create of the
+  // reconciler. Default: at once.
+  virtual absl::StatusOr<StartCheck> CheckStart(const sharemanager::controller::v1::ShareSpec& spec,
+                                                uint64_t epoch) {
+    (void)spec;
+    (void)epoch;
+    return StartCheck{};
+  }
 
   // Starts a share-manager pod for the spec's volume with this epoch.
   virtual absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,

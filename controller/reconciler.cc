@@ -491,6 +491,17 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
       return {.requeue_after_ms = std::nullopt, .error = s};
     if (hooks_.replaced) hooks_.replaced();
   }
+  // The previous pod may still hold its serving lease: the new one waits,
+  // its epoch recorded already.
+  auto start = runtime_.CheckStart(record.spec(), st.epoch());
+  if (!start.ok()) return {.requeue_after_ms = std::nullopt, .error = start.status()};
+  if (!start->ready) {
+    SetCondition(st, condition::kWaitingToStart, true, "Waiting", start->waiting_for, now.wall_ms);
+    if (auto s = Persist(record, st); !s.ok())
+      return {.requeue_after_ms = std::nullopt, .error = s};
+    return {.requeue_after_ms = std::min(start->retry_after_ms, options_.resync_ms)};
+  }
+  ClearCondition(st, condition::kWaitingToStart, now.wall_ms);
   auto pod = runtime_.Create(record.spec(), st.epoch());
   if (!pod.ok()) {
     SetCondition(st, condition::kPodCreateFailed, true, "CreateFailed",

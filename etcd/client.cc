@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -216,6 +219,130 @@ absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& 
     // Pages come in key order: the next one starts just past this one's last key.
     request.set_key(listing.kvs.back().key() + '\0');
   }
+}
+
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> GrantLease(EtcdClient& client,
+                                                            int64_t ttl_seconds) {
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(ttl_seconds);
+  auto granted = client.LeaseGrant(grant);
+  if (granted.ok() && !granted->error().empty()) {
+    return absl::UnavailableError(absl::StrCat("etcd LeaseGrant: ", granted->error()));
+  }
+  return granted;
+}
+
+void SetPut(etcdserverpb::RequestOp& op, const std::string& key, const std::string& value,
+            int64_t lease) {
+  auto& put = *op.mutable_request_put();
+  put.set_key(key);
+  put.set_value(value);
+  if (lease != 0) put.set_lease(lease);
+}
+
+etcdserverpb::Compare CreateRevisionIs(const std::string& key, int64_t revision) {
+  etcdserverpb::Compare compare;
+  compare.set_key(key);
+  compare.set_target(etcdserverpb::Compare::CREATE);
+  compare.set_result(etcdserverpb::Compare::EQUAL);
+  compare.set_create_revision(revision);
+  return compare;
+}
+
+void RevokeUnusedLease(EtcdClient& client, int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(lease);
+  if (auto s = client.LeaseRevoke(revoke); !s.ok()) {
+    spdlog::debug("revoking unused etcd lease {:x}: {}", lease, s.status().ToString());
+  }
+}
+
+std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock,
+                                                   base::TimePoint deadline) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - clock.Now());
+}
+
+absl::Status DeadlineLeft(const base::TimeSource& clock, base::TimePoint deadline,
+                          absl::string_view what) {
+  if (clock.Now() < deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(what, " ran out of time"));
+}
+
+namespace {
+
+// After the key is gone: true once *holder_lease is gone too; false (after
+// waiting up to `deadline`) while it lives.
+absl::StatusOr<bool> HolderLeaseGone(EtcdClient& client, const std::string& key,
+                                     int64_t* holder_lease, const base::TimeSource& clock,
+                                     base::TimePoint deadline) {
+  if (*holder_lease == 0) return true;
+  etcdserverpb::LeaseTimeToLiveRequest ask;
+  ask.set_id(*holder_lease);
+  auto ttl = client.LeaseTimeToLive(ask);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->ttl() <= 0) {
+    *holder_lease = 0;
+    return true;
+  }
+  spdlog::warn(
+      "{} deleted while its holder's etcd lease {:x} lives ({} s left): waiting for the lease, "
+      "not the key",
+      key, *holder_lease, ttl->ttl());
+  // Asked again in the next slice: a revoke ends the wait early.
+  const auto slice =
+      std::min<base::Duration>(std::chrono::seconds(ttl->ttl()),
+                               std::chrono::duration_cast<base::Duration>(deadline - clock.Now()));
+  if (slice > base::Duration::zero()) std::this_thread::sleep_for(slice);
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> WaitHolderGone(EtcdClient& client, const std::string& key,
+                                    int64_t* holder_lease, const base::TimeSource& clock,
+                                    base::TimePoint deadline) {
+  etcdserverpb::RangeRequest get;
+  get.set_key(key);
+  auto now = client.Range(get);
+  if (!now.ok()) return now.status();
+  if (now->kvs().empty()) return HolderLeaseGone(client, key, holder_lease, clock, deadline);
+  *holder_lease = now->kvs(0).lease();  // the holder now (another may have taken over)
+  const auto wall_deadline = WallDeadline(clock, deadline);
+  const EtcdClient::InUse member = client.Current();
+  if (!member.member->channel->WaitForConnected(wall_deadline)) {
+    client.Failed(member.index);
+    return false;  // the next call tries the next member
+  }
+  grpc::ClientContext context;
+  context.AddMetadata(kRequireLeaderKey, kRequireLeaderValue);
+  context.set_deadline(wall_deadline);
+  auto stream = member.member->watch->Watch(&context);
+  etcdserverpb::WatchRequest watch;
+  auto* create = watch.mutable_create_request();
+  create->set_key(key);
+  create->set_start_revision(now->header().revision() + 1);
+  bool deleted = false;
+  if (stream->Write(watch)) {
+    etcdserverpb::WatchResponse response;
+    while (!deleted && stream->Read(&response)) {
+      // A compacted start revision: read again next time.
+      if (response.compact_revision() != 0 || response.canceled()) break;
+      for (const auto& event : response.events()) {
+        if (event.type() == mvccpb::Event::DELETE) deleted = true;
+      }
+    }
+  }
+  context.TryCancel();
+  const grpc::Status status = stream->Finish();
+  if (deleted) return HolderLeaseGone(client, key, holder_lease, clock, deadline);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
+    return false;
+  }
+  client.Failed(member.index);
+  return absl::UnavailableError(
+      absl::StrCat("etcd Watch on ", member.member->endpoint, ": ", status.error_message()));
 }
 
 }  // namespace etcd

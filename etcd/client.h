@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "base/tls.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
 
@@ -138,5 +139,48 @@ struct PrefixListing {
 };
 absl::StatusOr<PrefixListing> ListPrefix(EtcdClient& client, const std::string& prefix,
                                          bool keys_only, int64_t page_size = 500);
+
+// A lease of `ttl_seconds` (etcd may round a short one up: see its ttl()).
+// An error etcd states in the answer is UNAVAILABLE.
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> GrantLease(EtcdClient& client,
+                                                            int64_t ttl_seconds);
+
+// Makes `op` a Put of `key` = `value` attached to `lease` (0: none).
+void SetPut(etcdserverpb::RequestOp& op, const std::string& key, const std::string& value,
+            int64_t lease = 0);
+
+// A Txn compare: `key`'s create_revision is `revision` (0: the key is
+// absent).
+etcdserverpb::Compare CreateRevisionIs(const std::string& key, int64_t revision);
+
+// Revokes a lease granted for an attempt that took nothing with it. Best
+// effort: unrevoked, it expires with its TTL, holding no key.
+void RevokeUnusedLease(EtcdClient& client, int64_t lease);
+
+// A deadline on `clock` (a keeper's monotonic clock) as the wall-clock time
+// point gRPC takes.
+std::chrono::system_clock::time_point WallDeadline(const base::TimeSource& clock,
+                                                   base::TimePoint deadline);
+
+// DEADLINE_EXCEEDED ("<what> ran out of time") once `clock` reached
+// `deadline`, else OK: a lease attempt starts no new call past its deadline.
+absl::Status DeadlineLeft(const base::TimeSource& clock, base::TimePoint deadline,
+                          absl::string_view what);
+
+// Waits out the holder of `key`, a key held with an etcd lease: true once the
+// key is gone and so is the lease that held it, false when `deadline` (on
+// `clock`) came first or the watch ended without news (a compacted start
+// revision: the next call reads again). UNAVAILABLE when the member failed
+// (the client moves on to the next one). A read, then a Watch from just past
+// it, so no delete between the two is missed. *holder_lease is the lease
+// last seen holding the key (kept across calls; 0: none known; set by a
+// failed attempt's read too): the key deleted is not enough, since deleted by
+// hand (etcdctl del) its holder acts on until its own renewal notices; only
+// the lease gone (expired or revoked) means the holder has stopped, or stops
+// within its fence margin. For a successor waiting out a lease holder (a
+// serving lease, the controller's leadership).
+absl::StatusOr<bool> WaitHolderGone(EtcdClient& client, const std::string& key,
+                                    int64_t* holder_lease, const base::TimeSource& clock,
+                                    base::TimePoint deadline);
 
 }  // namespace etcd

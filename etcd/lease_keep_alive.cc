@@ -108,4 +108,36 @@ absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> LeaseKeepAliveStream::KeepA
   }
 }
 
+absl::StatusOr<LeaseRenewal> KeepAliveHoldingKey(LeaseKeepAliveStream& stream, EtcdClient& client,
+                                                 int64_t lease, const std::string& key,
+                                                 const std::string& value,
+                                                 LeaseKeepAliveStream::Deadline deadline) {
+  auto kept = stream.KeepAlive(lease, deadline);
+  if (!kept.ok()) return kept.status();
+  LeaseRenewal renewal{.ttl_seconds = kept->ttl()};
+  if (renewal.ttl_seconds <= 0) return renewal;
+  etcdserverpb::RangeRequest get;
+  get.set_key(key);
+  auto now = client.Range(get);
+  if (!now.ok()) return now.status();
+  if (now->kvs().empty()) {
+    renewal.key = LeaseRenewal::Key::kGone;
+  } else if (const auto& kv = now->kvs(0); kv.lease() != lease || kv.value() != value) {
+    renewal.key = LeaseRenewal::Key::kOther;
+    renewal.other = kv.value();
+  }
+  return renewal;
+}
+
+absl::Status RevokeKeptLease(LeaseKeepAliveStream& stream, EtcdClient& client, int64_t* lease) {
+  stream.Close();
+  if (*lease == 0) return absl::OkStatus();
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(*lease);
+  auto revoked = client.LeaseRevoke(revoke);
+  if (!revoked.ok()) return revoked.status();
+  *lease = 0;
+  return absl::OkStatus();
+}
+
 }  // namespace etcd

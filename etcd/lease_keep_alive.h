@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "etcd/client.h"
 #include "etcd/etcdserverpb/rpc.grpc.pb.h"
+#include "etcd/lease_validity.h"
 
 namespace etcd {
 
@@ -60,5 +61,18 @@ class LeaseKeepAliveStream {
   etcdserverpb::LeaseKeepAliveResponse response_;
   grpc::Status finish_status_;
 };
+
+// One keep-alive of `lease` on `stream`, then, when etcd renewed it, a read
+// of `key`, the key held with the lease: still ours (on `lease`, holding
+// `value`), gone (deleted by hand: the lease itself would not notice), or
+// someone else's (`other` is then its value).
+absl::StatusOr<LeaseRenewal> KeepAliveHoldingKey(LeaseKeepAliveStream& stream, EtcdClient& client,
+                                                 int64_t lease, const std::string& key,
+                                                 const std::string& value,
+                                                 LeaseKeepAliveStream::Deadline deadline);
+
+// Gives a kept lease up: closes its keep-alive stream, then revokes `*lease`
+// (its keys go with it) and sets it to 0. OK when it is 0 already.
+absl::Status RevokeKeptLease(LeaseKeepAliveStream& stream, EtcdClient& client, int64_t* lease);
 
 }  // namespace etcd

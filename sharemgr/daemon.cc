@@ -49,10 +49,6 @@ constexpr int kHealthPortMaxAgeMs = 5 * 60'000;
 constexpr int kHealthPortMaxAgeGraceMs = 10'000;
 // A volume probe in flight at stop gets this long to return.
 constexpr base::Duration kProbeDrainTime{2000};
-// How often the loop looks for a renewed valid_until to hand to the fencer.
-// A renewal confirmed within this of the old valid_until may reach the
-// fencer too late: ganesha is then killed and restarted (under the lease).
-constexpr base::Duration kLeasePollInterval{100};
 // The fencer gets this long to exit once its channel is closed.
 constexpr base::Duration kFencerStopTime{2000};
 
@@ -552,8 +548,8 @@ void Daemon::CheckLease() {
     FenceLease(std::string(told.message()));
     return;
   }
-  // The keeper moves valid_until at each renewal and tells nobody: polled.
-  lease_timer_->ArmAt(std::min(*until, now + kLeasePollInterval));
+  // Each renewal the keeper confirms comes back here (its renewed hook).
+  lease_timer_->ArmAt(*until);
 }
 
 void Daemon::FenceLease(const std::string& why) {
@@ -636,6 +632,8 @@ int Daemon::Run() {
             .taken = [this] { loop_.Post([this] { OnLeaseTaken(); }); },
             .lost =
                 [this](const std::string& why) { loop_.Post([this, why] { FenceLease(why); }); },
+            // The new valid_until to the fencer and the lease timer.
+            .renewed = [this](base::TimePoint) { loop_.Post([this] { CheckLease(); }); },
         });
   }
   board_.Update([&](v1::ShareStatus& s) {

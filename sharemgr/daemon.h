@@ -60,7 +60,8 @@ class Daemon {
   void BeginServing();
   void OnLeaseTaken();
   // Fences when valid_until has passed; else tells the fencer the current
-  // valid_until and re-arms lease_timer_ for it (or the next poll).
+  // valid_until and re-arms lease_timer_ for it. On the loop: when serving
+  // is to start, at each renewal the keeper confirms, at valid_until.
   void CheckLease();
   // Whether serving may start or go on now: always without a lease; with
   // one, only while it is valid. An expired lease is fenced here (a lost one

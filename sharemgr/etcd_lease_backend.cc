@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -29,15 +28,6 @@ std::optional<uint64_t> EpochOf(const std::string& value) {
 
 std::string HolderOf(const std::string& value) {
   return value.size() > 21 ? value.substr(21) : std::string("?");
-}
-
-Compare CreateRevisionIsZero(const std::string& key) {
-  Compare c;
-  c.set_key(key);
-  c.set_target(Compare::CREATE);
-  c.set_result(Compare::EQUAL);
-  c.set_create_revision(0);
-  return c;
 }
 
 Compare ValueLess(const std::string& key, const std::string& value) {
@@ -69,14 +59,8 @@ class EtcdLeaseBackend final : public LeaseBackend {
  private:
   // The keeper's monotonic deadline on the wall clock gRPC takes.
   std::chrono::system_clock::time_point WallDeadline(base::TimePoint deadline) const {
-    return std::chrono::system_clock::now() +
-           std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - clock_.Now());
+    return etcd::WallDeadline(clock_, deadline);
   }
-  // Revokes a lease granted for an attempt that did not take the key.
-  void RevokeUnused(int64_t lease);
-  // After the key is gone: true once the holder's lease is gone too;
-  // false (after waiting up to `deadline`) while it lives.
-  absl::StatusOr<bool> AwaitedLeaseGone(base::TimePoint deadline);
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
                                 int64_t granted_ttl, base::TimePoint deadline,
                                 bool* try_value_form);
@@ -99,21 +83,10 @@ class EtcdLeaseBackend final : public LeaseBackend {
   // key on one of them. Never revoked while unsettled: revoking would delete
   // our own key, and the epoch recorded with it would then refuse us for good.
   std::vector<int64_t> unsettled_;
-  // The lease of the older holder we wait out. Its key deleted is not
-  // enough: deleted by hand (etcdctl del), the holder still serves until its
-  // own renewal notices; only the lease gone (expired or revoked) means it
-  // has stopped, or stops within its fence margin.
+  // The lease of the older holder we wait out (etcd::WaitHolderGone: its
+  // key deleted is not enough).
   int64_t awaited_lease_ = 0;
 };
-
-void EtcdLeaseBackend::RevokeUnused(int64_t lease) {
-  etcdserverpb::LeaseRevokeRequest revoke;
-  revoke.set_id(lease);
-  // Best effort: unrevoked, it expires with its TTL, holding no key.
-  if (auto s = client_->LeaseRevoke(revoke); !s.ok()) {
-    spdlog::debug("revoking unused etcd lease {:x}: {}", lease, s.status().ToString());
-  }
-}
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
                                                      base::TimePoint deadline) {
@@ -121,18 +94,13 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
   // no new call starts past `deadline`, and an adopted lease's keep-alive
   // ends by it.
   const auto past_deadline = [&] {
-    return clock_.Now() >= deadline
-               ? absl::DeadlineExceededError("taking the serving lease ran out of time")
-               : absl::OkStatus();
+    return etcd::DeadlineLeft(clock_, deadline, "taking the serving lease");
   };
-  etcdserverpb::LeaseGrantRequest grant;
-  grant.set_ttl(ttl_seconds);
-  auto granted = client_->LeaseGrant(grant);
+  auto granted = etcd::GrantLease(*client_, ttl_seconds);
   if (!granted.ok()) return granted.status();
-  if (!granted->error().empty()) return absl::UnavailableError(granted->error());
   const int64_t lease = granted->id();
   if (auto late = past_deadline(); !late.ok()) {
-    RevokeUnused(lease);  // it holds no key yet
+    etcd::RevokeUnusedLease(*client_, lease);  // it holds no key yet
     return late;
   }
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
@@ -140,16 +108,11 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
   // is false).
   for (const bool value_form : {false, true}) {
     etcdserverpb::TxnRequest txn;
-    *txn.add_compare() = CreateRevisionIsZero(lease_key_);
-    *txn.add_compare() =
-        value_form ? ValueLess(epoch_key_, PaddedEpoch(epoch_)) : CreateRevisionIsZero(epoch_key_);
-    auto* put_epoch = txn.add_success()->mutable_request_put();
-    put_epoch->set_key(epoch_key_);
-    put_epoch->set_value(PaddedEpoch(epoch_));
-    auto* put_lease = txn.add_success()->mutable_request_put();
-    put_lease->set_key(lease_key_);
-    put_lease->set_value(value_);
-    put_lease->set_lease(lease);
+    *txn.add_compare() = etcd::CreateRevisionIs(lease_key_, 0);
+    *txn.add_compare() = value_form ? ValueLess(epoch_key_, PaddedEpoch(epoch_))
+                                    : etcd::CreateRevisionIs(epoch_key_, 0);
+    etcd::SetPut(*txn.add_success(), epoch_key_, PaddedEpoch(epoch_));
+    etcd::SetPut(*txn.add_success(), lease_key_, value_, lease);
     txn.add_failure()->mutable_request_range()->set_key(lease_key_);
     txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
     auto response = client_->Txn(txn);
@@ -161,12 +124,14 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
     auto attempt = Judge(*response, lease, granted->ttl(), deadline, &try_value_form);
     if (try_value_form && !value_form) {
       if (auto late = past_deadline(); !late.ok()) {
-        RevokeUnused(lease);
+        etcd::RevokeUnusedLease(*client_, lease);
         return late;
       }
       continue;
     }
-    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) RevokeUnused(lease);
+    if (!attempt.ok() || attempt->outcome != Attempt::Outcome::kTaken) {
+      etcd::RevokeUnusedLease(*client_, lease);
+    }
     return attempt;
   }
   return absl::InternalError("unreachable");
@@ -217,7 +182,7 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
 Attempt EtcdLeaseBackend::Taken(int64_t lease, int64_t ttl) {
   lease_ = lease;
   for (const int64_t other : unsettled_) {
-    if (other != lease) RevokeUnused(other);
+    if (other != lease) etcd::RevokeUnusedLease(*client_, other);
   }
   unsettled_.clear();
   return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = ttl};
@@ -237,106 +202,26 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Adopt(int64_t unsettled, int64_t fresh
   }
   spdlog::info("serving lease: an earlier attempt's transaction had landed; lease {:x} is ours",
                unsettled);
-  RevokeUnused(fresh);
+  etcd::RevokeUnusedLease(*client_, fresh);
   return Taken(unsettled, kept->ttl());
 }
 
-absl::StatusOr<bool> EtcdLeaseBackend::AwaitedLeaseGone(base::TimePoint deadline) {
-  if (awaited_lease_ == 0) return true;
-  etcdserverpb::LeaseTimeToLiveRequest ask;
-  ask.set_id(awaited_lease_);
-  auto ttl = client_->LeaseTimeToLive(ask);
-  if (!ttl.ok()) return ttl.status();
-  if (ttl->ttl() <= 0) {
-    awaited_lease_ = 0;
-    return true;
-  }
-  spdlog::warn(
-      "serving lease key deleted while its holder's etcd lease {:x} lives ({} s left): waiting "
-      "for the lease, not the key",
-      awaited_lease_, ttl->ttl());
-  // Asked again in the next slice: a revoke ends the wait early.
-  const auto slice =
-      std::min<base::Duration>(std::chrono::seconds(ttl->ttl()),
-                               std::chrono::duration_cast<base::Duration>(deadline - clock_.Now()));
-  if (slice > base::Duration::zero()) std::this_thread::sleep_for(slice);
-  return false;
-}
-
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
-  etcdserverpb::RangeRequest get;
-  get.set_key(lease_key_);
-  auto now = client_->Range(get);
-  if (!now.ok()) return now.status();
-  if (now->kvs().empty()) return AwaitedLeaseGone(deadline);
-  awaited_lease_ = now->kvs(0).lease();  // the holder now (another may have taken over)
-  // Watch from just past that read: no delete between the two is missed.
-  const etcd::EtcdClient::InUse member = client_->Current();
-  if (!member.member->channel->WaitForConnected(WallDeadline(deadline))) {
-    client_->Failed(member.index);
-    return false;  // the next slice tries the next member
-  }
-  grpc::ClientContext context;
-  context.AddMetadata(etcd::kRequireLeaderKey, etcd::kRequireLeaderValue);
-  context.set_deadline(WallDeadline(deadline));
-  auto stream = member.member->watch->Watch(&context);
-  etcdserverpb::WatchRequest watch;
-  auto* create = watch.mutable_create_request();
-  create->set_key(lease_key_);
-  create->set_start_revision(now->header().revision() + 1);
-  bool released = false;
-  if (stream->Write(watch)) {
-    etcdserverpb::WatchResponse response;
-    while (!released && stream->Read(&response)) {
-      // A compacted start revision: read again next time.
-      if (response.compact_revision() != 0 || response.canceled()) break;
-      for (const auto& event : response.events()) {
-        if (event.type() == mvccpb::Event::DELETE) released = true;
-      }
-    }
-  }
-  context.TryCancel();
-  const grpc::Status status = stream->Finish();
-  if (released) return AwaitedLeaseGone(deadline);
-  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-      status.error_code() == grpc::StatusCode::CANCELLED || status.ok()) {
-    return false;
-  }
-  client_->Failed(member.index);
-  return absl::UnavailableError(
-      absl::StrCat("etcd Watch on ", member.member->endpoint, ": ", status.error_message()));
+  return etcd::WaitHolderGone(*client_, lease_key_, &awaited_lease_, clock_, deadline);
 }
 
 absl::StatusOr<Renewal> EtcdLeaseBackend::KeepAlive(base::TimePoint deadline) {
-  auto kept = keep_alive_.KeepAlive(lease_, WallDeadline(deadline));
+  auto kept = etcd::KeepAliveHoldingKey(keep_alive_, *client_, lease_, lease_key_, value_,
+                                        WallDeadline(deadline));
   if (!kept.ok()) return kept.status();
-  Renewal renewal{.ttl_seconds = kept->ttl()};
-  if (renewal.ttl_seconds <= 0) return renewal;
-  // Renewed; and the key still ours? (Deleted by hand, it would not be
-  // noticed by the lease.)
-  etcdserverpb::RangeRequest get;
-  get.set_key(lease_key_);
-  auto key = client_->Range(get);
-  if (!key.ok()) return key.status();
-  if (key->kvs().empty()) {
-    renewal.key = Renewal::Key::kGone;
-  } else if (const auto& kv = key->kvs(0); kv.lease() != lease_ || kv.value() != value_) {
-    renewal.key = Renewal::Key::kOther;
-    renewal.key_epoch = EpochOf(kv.value()).value_or(0);
-  }
+  Renewal renewal{.ttl_seconds = kept->ttl_seconds, .key = kept->key};
+  if (kept->key == Renewal::Key::kOther) renewal.key_epoch = EpochOf(kept->other).value_or(0);
   return renewal;
 }
 
 absl::Status EtcdLeaseBackend::Revoke(base::TimePoint deadline) {
   (void)deadline;  // bounded by the client's call timeout
-  keep_alive_.Close();
-  if (lease_ == 0) return absl::OkStatus();
-  etcdserverpb::LeaseRevokeRequest revoke;
-  revoke.set_id(lease_);
-  auto revoked = client_->LeaseRevoke(revoke);
-  if (!revoked.ok()) return revoked.status();
-  lease_ = 0;
-  return absl::OkStatus();
+  return etcd::RevokeKeptLease(keep_alive_, *client_, &lease_);
 }
 
 }  // namespace

@@ -21,12 +21,13 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "etcd/lease_keeper.h"
+#include "etcd/lease_validity.h"
 
 namespace sharemgr {
 
@@ -59,7 +60,7 @@ class LeaseBackend {
     // The store's answer: the lease's TTL after the renewal; <= 0 means it
     // expired.
     int64_t ttl_seconds = 0;
-    enum class Key { kOurs, kGone, kOther };
+    using Key = etcd::LeaseRenewal::Key;
     Key key = Key::kOurs;
     uint64_t key_epoch = 0;  // kOther: the epoch the key holds now
   };
@@ -80,23 +81,17 @@ struct ServingLeaseOptions {
   base::Duration acquire_timeout{30'000};
 };
 
-// The derived timings, from the TTL.
-// valid_until = last confirmed renewal's send time + TTL - FenceMargin.
-base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)
-base::Duration LeaseRenewInterval(base::Duration ttl);  // TTL/3
-// The bound of one call to one store member (a renewal, a step of an
-// attempt, a revoke, a slice of waiting): a hung member costs this much
-// before the next one is tried. Stopping waits for the call in flight, up to
-// this per member it tries. Serving never depends on a call returning: the
-// daemon fences on its own timer at valid_until.
-base::Duration LeaseCallTimeout(base::Duration ttl);  // TTL/6, within [250ms, 2s]
-// The pause before a failed call is tried again.
-base::Duration LeaseRetryPause(base::Duration ttl);  // TTL/20, within [50ms, 500ms]
-// The default drift margin: max(500ms, TTL/50), i.e. a 1% clock-rate error
-// on each side.
-base::Duration DefaultLeaseDriftMargin(base::Duration ttl);
+// The derived timings, from the TTL (etcd/lease_validity.h: the
+// controller's leadership keeps its lease by the same rules).
+using etcd::DefaultLeaseDriftMargin;
+using etcd::LeaseCallTimeout;
+using etcd::LeaseFenceMargin;
+using etcd::LeaseRenewInterval;
+using etcd::LeaseRetryPause;
 
-class ServingLease {
+// The keeper of the serving lease; its thread, renewals and validity are
+// etcd::LeaseKeeper's (shared with the controller's leadership).
+class ServingLease final : public etcd::LeaseKeeper {
  public:
   struct Hooks {
     // The lease is held: serving may start. Keeper thread, at most once.
@@ -104,6 +99,9 @@ class ServingLease {
     // The lease is lost, or could not be taken (superseded, timed out):
     // serving must stop at once, for good. Keeper thread, at most once.
     std::function<void(const std::string& why)> lost;
+    // A renewal was confirmed: valid until `valid_until` (the keeper's
+    // clock) now. Keeper thread, after `taken`, before the renewal is logged.
+    std::function<void(base::TimePoint valid_until)> renewed;
   };
   enum class StopMode {
     kRevoke,     // a clean stop, after serving ended: the replacement need not wait the TTL
@@ -113,57 +111,37 @@ class ServingLease {
   ServingLease(LeaseBackend& backend, const base::TimeSource& clock, ServingLeaseOptions options,
                Hooks hooks);
   // Stop(kLetExpire) unless stopped already.
-  ~ServingLease();
-  ServingLease(const ServingLease&) = delete;
-  ServingLease& operator=(const ServingLease&) = delete;
+  ~ServingLease() override;
 
-  // Starts the keeper thread: acquire, then renew.
-  void Start();
+  // Start(), ValidAt(now) (serving is allowed at `now`, the keeper's clock,
+  // only if the lease is held and now < valid_until), valid_until() and
+  // Step(): see etcd::LeaseKeeper.
+
   // Ends the keeper thread (after the store call in flight, bounded by
   // LeaseCallTimeout per member tried), then with kRevoke revokes the lease if it was ever
   // taken. Call only once serving has ended. Returns the revoke's outcome.
   absl::Status Stop(StopMode mode);
 
-  // Any thread. Serving is allowed at `now` (the keeper's clock) only if the
-  // lease is held and now < valid_until.
-  bool ValidAt(base::TimePoint now) const;
-  // Unset while not held.
-  std::optional<base::TimePoint> valid_until() const;
   const ServingLeaseOptions& options() const { return options_; }
 
-  // One step of the keeper: does what is due at the clock's now (one store
-  // call at most) and returns when the next step is due (TimePoint::max()
-  // once lost). The keeper thread loops on it; tests call it on a fake clock.
-  base::TimePoint Step();
-
  private:
-  enum class Phase { kAcquiring, kWaitingForRelease, kHeld, kLost, kStopped };
-
+  base::TimePoint StepTaking(base::TimePoint now) override;
+  absl::StatusOr<etcd::LeaseRenewal> KeepAlive(base::TimePoint deadline) override;
+  void OnLost(const std::string& why) override;
+  void OnRenewed(base::TimePoint valid_until) override;
   base::TimePoint StepAcquire(base::TimePoint now);
   base::TimePoint StepWaitForRelease(base::TimePoint now);
-  base::TimePoint StepRenew(base::TimePoint now);
-  // Records the loss and tells the hook (outside the lock); TimePoint::max().
-  base::TimePoint Lose(std::string why);
-  void ThreadMain();
 
   LeaseBackend& backend_;
-  const base::TimeSource& clock_;
   const ServingLeaseOptions options_;
   const Hooks hooks_;
 
-  mutable absl::Mutex mu_;
-  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kAcquiring;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool ever_taken_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<base::TimePoint> valid_until_ ABSL_GUARDED_BY(mu_);
   // Step state: only the stepping thread (the keeper's, or a test's) touches
   // these, but under mu_ all the same so no annotation needs an exception.
+  bool waiting_for_release_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<base::TimePoint> acquire_deadline_ ABSL_GUARDED_BY(mu_);
   base::TimePoint not_before_ ABSL_GUARDED_BY(mu_){};
-  base::TimePoint next_renewal_ ABSL_GUARDED_BY(mu_){};
   std::string last_error_ ABSL_GUARDED_BY(mu_);
-
-  std::thread thread_;  // started by Start(); joined by Stop()
 };
 
 }  // namespace sharemgr

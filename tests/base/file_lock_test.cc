@@ -57,4 +57,30 @@ TEST_CASE("FileLock: a directory is locked itself and must exist") {
   CHECK(!std::filesystem::exists(t.path() + "/missing"));
 }
 
+TEST_CASE("FileLock: shared holders coexist, and exclude an exclusive one both ways") {
+  TempDir t;
+  using Sharing = FileLock::Sharing;
+  const auto lock = [&](Sharing sharing) {
+    return FileLock::Acquire(t.path(), FileLock::Kind::kDirectory, "test", sharing);
+  };
+  std::optional<FileLock> one, two;
+  {
+    auto a = lock(Sharing::kShared);
+    auto b = lock(Sharing::kShared);
+    REQUIRE_MESSAGE(a.ok(), a.status().ToString());
+    REQUIRE_MESSAGE(b.ok(), b.status().ToString());
+    one.emplace(*std::move(a));
+    two.emplace(*std::move(b));
+  }
+  const auto exclusive = lock(Sharing::kExclusive);
+  REQUIRE_FALSE(exclusive.ok());
+  CHECK(exclusive.status().message().find("another test holds " + t.path()) == 0);
+  one.reset();
+  CHECK_FALSE(lock(Sharing::kExclusive).ok());  // the other shared holder is still there
+  two.reset();
+  auto alone = lock(Sharing::kExclusive);
+  REQUIRE(alone.ok());
+  CHECK_FALSE(lock(Sharing::kShared).ok());
+}
+
 }  // namespace base

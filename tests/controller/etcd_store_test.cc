@@ -12,6 +12,7 @@
 #include "base/loopback_port.h"
 #include "tests/controller/store_contract.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/etcd_keys.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/test_certs.h"
 #include "tests/support/wait_for.h"
@@ -39,12 +40,6 @@ struct EtcdStoreFixture {
   std::unique_ptr<EtcdStore> etcd = OpenStore(Client(cluster.endpoints()));
   Store& store() { return *etcd; }
 };
-
-int64_t Revision(etcd::EtcdClient& client) {
-  etcdserverpb::RangeRequest request;
-  request.set_key("any");
-  return RequireOk(client.Range(request)).header().revision();
-}
 
 // The names heard from the `from`-th on, as a set.
 std::set<std::string> HeardFrom(const std::vector<std::string>& names, size_t from) {
@@ -115,7 +110,7 @@ TEST_CASE("etcd: after the history a watch needs is compacted, every name is rep
   REQUIRE(writer->Delete("doomed").ok());
   REQUIRE(writer->Create(ServedShare("during")).ok());
   etcdserverpb::CompactionRequest compact;
-  compact.set_revision(Revision(*writer_client));
+  compact.set_revision(testing_support::EtcdRevision(*writer_client));
   compact.set_physical(true);
   REQUIRE(writer_client->Compact(compact).ok());
   cluster.Restart(0);

@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +27,7 @@
 #include "base/proc.h"
 #include "controller/grpc_share_connector.h"
 #include "tests/controller/fake_share_manager.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
@@ -38,6 +38,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
+using testing_support::LogCapture;
 using testing_support::RequireOk;
 using testing_support::WaitFor;
 
@@ -113,33 +114,6 @@ trap 'echo TERM >> "$0.signals"; exit 0' TERM
 while :; do sleep 0.1; done
 )");
 }
-
-// Adds a sink to the default logger while it lives, to see what was logged.
-// Set up before any runtime starts its thread, gone after it stops.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    std::vector<spdlog::sink_ptr> sinks = previous_->sinks();
-    sinks.push_back(sink_);
-    auto logger = std::make_shared<spdlog::logger>("capture", sinks.begin(), sinks.end());
-    logger->set_level(previous_->level());
-    spdlog::set_default_logger(std::move(logger));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-
-  int Count(const std::string& text) const {
-    int n = 0;
-    for (const auto& line : sink_->last_formatted()) n += line.find(text) != std::string::npos;
-    return n;
-  }
-
- private:
-  std::shared_ptr<spdlog::logger> previous_;
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ =
-      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
-};
 
 sharemanager::controller::v1::ShareSpec Spec(const std::string& volume) {
   sharemanager::controller::v1::ShareSpec spec;

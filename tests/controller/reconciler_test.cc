@@ -182,10 +182,17 @@ TEST_CASE("record before acting: a pass whose status write fails deletes no pod 
 
 namespace {
 
-// Forwards to a runtime, noting at each Create the epoch the store holds then.
-class EpochAtCreate final : public PodRuntime {
+// Forwards to a runtime, noting at each Create the epoch the store holds
+// then; holds every start back while `held` (as the serving lease gate does
+// while the old pod's lease is held).
+class SpyRuntime final : public PodRuntime {
  public:
-  EpochAtCreate(PodRuntime& inner, Store& store) : inner_(inner), store_(store) {}
+  SpyRuntime(PodRuntime& inner, Store& store) : inner_(inner), store_(store) {}
+  absl::StatusOr<StartCheck> CheckStart(const pb::ShareSpec& spec, uint64_t epoch) override {
+    checked.push_back(epoch);
+    if (!held) return inner_.CheckStart(spec, epoch);
+    return StartCheck{.ready = false, .retry_after_ms = 150, .waiting_for = "the old lease"};
+  }
   absl::StatusOr<Pod> Create(const pb::ShareSpec& spec, uint64_t epoch) override {
     const auto record = store_.Get(spec.volume());
     stored.push_back(record.ok() ? record->status().epoch() : 0);
@@ -198,7 +205,8 @@ class EpochAtCreate final : public PodRuntime {
   }
   void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
 
-  std::vector<uint64_t> stored, created;
+  bool held = false;
+  std::vector<uint64_t> stored, created, checked;
 
  private:
   PodRuntime& inner_;
@@ -210,7 +218,7 @@ class EpochAtCreate final : public PodRuntime {
 TEST_CASE("fence first: a replacement's epoch is in the store before its pod is created") {
   Sim sim;
   sim.AddRunningShare("vol");
-  EpochAtCreate runtime(sim.cluster, sim.memory);
+  SpyRuntime runtime(sim.cluster, sim.memory);
   Reconciler reconciler(sim.store, runtime, sim.cluster, sim.clock, sim.clock, sim.options);
   sim.cluster.Kill(sim.CurrentPod("vol"), 3);
   for (int i = 0; i < 10 && runtime.created.empty(); ++i) {
@@ -220,6 +228,39 @@ TEST_CASE("fence first: a replacement's epoch is in the store before its pod is 
   REQUIRE(runtime.created.size() == 1);
   CHECK(runtime.created[0] == 2);
   CHECK(runtime.stored[0] == 2);
+}
+
+TEST_CASE(
+    "a replacement held back by the runtime (the old serving lease): its epoch recorded, no pod "
+    "until the runtime says go") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  SpyRuntime runtime(sim.cluster, sim.memory);
+  Reconciler reconciler(sim.store, runtime, sim.cluster, sim.clock, sim.clock, sim.options);
+  runtime.held = true;
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
+  PassResult last;
+  for (int i = 0; i < 20; ++i) {
+    last = reconciler.Reconcile("vol");
+    sim.clock.Advance(100);
+  }
+  CHECK(runtime.created.empty());
+  REQUIRE_FALSE(runtime.checked.empty());
+  CHECK(runtime.checked.back() == 2);
+  const auto waiting = sim.Get("vol").status();
+  CHECK(waiting.epoch() == 2);  // fenced first: recorded before any pod exists
+  CHECK(waiting.pod().empty());
+  CHECK(waiting.phase() == pb::PENDING);
+  CHECK(RequireCondition(waiting, condition::kWaitingToStart).message() == "the old lease");
+  CHECK(ConditionTrue(waiting, condition::kWaitingToStart));
+  CHECK(last.requeue_after_ms == 150);
+  CHECK(sim.cluster.LivePods("vol") == 0);
+
+  runtime.held = false;
+  reconciler.Reconcile("vol");
+  CHECK(runtime.created == std::vector<uint64_t>{2});
+  CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kWaitingToStart));
+  CHECK(sim.Get("vol").status().pod() == PodName("vol", 2));
 }
 
 TEST_CASE("two live pods are repaired: the one the status names stays, the other goes") {

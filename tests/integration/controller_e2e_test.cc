@@ -646,9 +646,11 @@ TEST_CASE("share-controller --store etcd://... keeps the share records in etcd")
   testing_support::EtcdCluster etcd;
   const std::string url = "etcd://" + absl::StrJoin(etcd.endpoints(), ",") + "/ctl";
   {
+    // A replica of one (it leads at once); stopped, it deletes its pod as asked
+    // (an HA replica leaves its pods to the next leader by default).
     ControllerProcess ctl({"--work-dir", dir.path(), "--share", "vol-cli", "--store", url,
                            "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2",
-                           "--resync", "200ms"});
+                           "--resync", "200ms", "--stop-pods-on-exit=true"});
     // Printed from the store's watch: the phases went through etcd.
     CHECK_MESSAGE(ctl.WaitOutput("vol-cli RUNNING epoch=1", milliseconds(20'000)), ctl.output());
     const auto exit = ctl.Stop();

@@ -23,6 +23,7 @@
 #include "tests/support/count_occurrences.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/etcd_keys.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/require_ok.h"
@@ -36,6 +37,7 @@ using std::chrono::milliseconds;
 using testing_support::CountOccurrences;
 using testing_support::DaemonProcess;
 using testing_support::EtcdCluster;
+using testing_support::EtcdGet;
 using testing_support::HoldsFor;
 using testing_support::KillPid;
 using testing_support::LoopDevice;
@@ -97,15 +99,6 @@ bool WaitForNewRenewal(const DaemonProcess& d) {
   const size_t before = CountOccurrences(d.output(), kRenewed);
   return WaitFor([&] { return CountOccurrences(d.output(), kRenewed) > before; },
                  milliseconds(15'000));
-}
-
-// The key's value and lease, or nullopt when it is absent.
-std::optional<mvccpb::KeyValue> Get(etcd::EtcdClient& client, const std::string& key) {
-  etcdserverpb::RangeRequest get;
-  get.set_key(key);
-  auto got = RequireOk(client.Range(get));
-  if (got.kvs().empty()) return std::nullopt;
-  return got.kvs(0);
 }
 
 // etcd's remaining TTL of a lease: -1 once it is gone (revoked or expired).
@@ -320,16 +313,16 @@ TEST_CASE(
   const auto first = backend->TryAcquire(6, deadline());
   REQUIRE_FALSE(first.ok());
   CHECK(first.status().code() == absl::StatusCode::kDeadlineExceeded);
-  const auto landed = RequireOk(Get(*client, kLeaseKey));
+  const auto landed = RequireOk(EtcdGet(*client, kLeaseKey));
   CHECK(landed.value() == "00000000000000000004 pod-a");
-  CHECK(RequireOk(Get(*client, kEpochKey)).value() == "00000000000000000004");
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == "00000000000000000004");
   CHECK(RemainingTtl(*client, landed.lease()) > 0);
 
   // Retried: taken, on the lease the first attempt put the key on.
   const auto second = RequireOk(backend->TryAcquire(6, deadline()));
   CHECK(second.outcome == sharemgr::LeaseBackend::Attempt::Outcome::kTaken);
   CHECK(second.granted_ttl_seconds > 0);
-  const auto held = RequireOk(Get(*client, kLeaseKey));
+  const auto held = RequireOk(EtcdGet(*client, kLeaseKey));
   CHECK(held.lease() == landed.lease());
   CHECK(held.mod_revision() == landed.mod_revision());
   // And kept alive as ours.
@@ -337,7 +330,7 @@ TEST_CASE(
   CHECK(renewal.ttl_seconds > 0);
   CHECK(renewal.key == sharemgr::LeaseBackend::Renewal::Key::kOurs);
   REQUIRE(backend->Revoke(deadline()).ok());
-  CHECK_FALSE(Get(*client, kLeaseKey).has_value());
+  CHECK_FALSE(EtcdGet(*client, kLeaseKey).has_value());
 }
 
 TEST_CASE(
@@ -392,11 +385,11 @@ TEST_CASE(
   Fixture f;
   auto d = f.Start(3, "6s");
 
-  const auto holder = RequireOk(Get(*f.client, kLeaseKey));
+  const auto holder = RequireOk(EtcdGet(*f.client, kLeaseKey));
   CHECK(holder.value().substr(0, 21) == "00000000000000000003 ");
   CHECK(holder.lease() != 0);
   CHECK(RemainingTtl(*f.client, holder.lease()) > 0);
-  const auto epoch = RequireOk(Get(*f.client, kEpochKey));
+  const auto epoch = RequireOk(EtcdGet(*f.client, kEpochKey));
   CHECK(epoch.value() == "00000000000000000003");
   CHECK(epoch.lease() == 0);  // outlives every holder
 
@@ -479,16 +472,16 @@ TEST_CASE(
     refused(4);
     refused(5);
     CHECK(RequireOk(newer->Status()).state() == v1::SERVING);
-    CHECK(RequireOk(Get(*f.client, kLeaseKey)).value().substr(0, 20) == "00000000000000000005");
+    CHECK(RequireOk(EtcdGet(*f.client, kLeaseKey)).value().substr(0, 20) == "00000000000000000005");
     REQUIRE(newer->WriteEventually("/still.txt", "epoch 5 still serves").ok());
   }
   SUBCASE("after it stopped") {
     newer->Signal(SIGTERM);
     REQUIRE(RequireOk(newer->WaitExit(milliseconds(30'000))) == sharemgr::kExitStopped);
-    CHECK_FALSE(Get(*f.client, kLeaseKey).has_value());
+    CHECK_FALSE(EtcdGet(*f.client, kLeaseKey).has_value());
     refused(4);
     refused(5);
-    CHECK(RequireOk(Get(*f.client, kEpochKey)).value() == "00000000000000000005");
+    CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000005");
   }
 }
 
@@ -499,7 +492,7 @@ TEST_CASE(
   // A long TTL: had the old lease to expire, the new one would wait 30 s.
   auto older = f.Start(1, "30s");
   REQUIRE(older->WriteEventually("/from-epoch-1.txt", "one").ok());
-  const int64_t old_lease = RequireOk(Get(*f.client, kLeaseKey)).lease();
+  const int64_t old_lease = RequireOk(EtcdGet(*f.client, kLeaseKey)).lease();
   const pid_t old_ganesha = RequireOk(older->Status()).ganesha_pid();
   REQUIRE(old_ganesha > 0);
 
@@ -520,7 +513,7 @@ TEST_CASE(
       },
       milliseconds(3000)));
   CHECK(newer->output().find("serving lease held by epoch 1") != std::string::npos);
-  CHECK(RequireOk(Get(*f.client, kLeaseKey)).lease() == old_lease);
+  CHECK(RequireOk(EtcdGet(*f.client, kLeaseKey)).lease() == old_lease);
 
   older->Signal(SIGTERM);
   REQUIRE(RequireOk(older->WaitExit(milliseconds(30'000))) == sharemgr::kExitStopped);
@@ -529,9 +522,9 @@ TEST_CASE(
 
   const auto serving = RequireOk(newer->WaitServing(milliseconds(30'000)));
   CHECK(serving.lease().held());
-  const auto holder = RequireOk(Get(*f.client, kLeaseKey));
+  const auto holder = RequireOk(EtcdGet(*f.client, kLeaseKey));
   CHECK(holder.value().substr(0, 20) == "00000000000000000002");
-  CHECK(RequireOk(Get(*f.client, kEpochKey)).value() == "00000000000000000002");
+  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000002");
   // It started ganesha only after the old share-manager had revoked its lease
   // (which it does once its ganesha is gone and the volume unmounted).
   const auto revoked = LoggedAt(older->output(), "serving lease of epoch 1 revoked");
@@ -547,14 +540,14 @@ TEST_CASE(
     "serving lease 5. SIGTERM: ganesha stopped, then the lease revoked (its key gone at once)") {
   Fixture f;
   auto d = f.Start(7, "30s");
-  const int64_t lease = RequireOk(Get(*f.client, kLeaseKey)).lease();
+  const int64_t lease = RequireOk(EtcdGet(*f.client, kLeaseKey)).lease();
   const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
   REQUIRE(ganesha > 0);
   d->Signal(SIGTERM);
   REQUIRE(RequireOk(d->WaitExit(milliseconds(30'000))) == sharemgr::kExitStopped);
-  CHECK_FALSE(Get(*f.client, kLeaseKey).has_value());
+  CHECK_FALSE(EtcdGet(*f.client, kLeaseKey).has_value());
   CHECK(RemainingTtl(*f.client, lease) == -1);
-  CHECK(RequireOk(Get(*f.client, kEpochKey)).value() == "00000000000000000007");
+  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000007");
   // ganesha's end is logged before the revoke (one thread logs both).
   const std::string log = d->output();
   const auto ended = log.find("[share-manager] ganesha pid " + std::to_string(ganesha) + " ");
@@ -605,7 +598,8 @@ void CheckFencedWhileStalled(const std::function<void(DaemonProcess&)>& stall,
   const auto stalled = absl::Now();
   // Nobody renews it: etcd lets it expire. A ganesha still serving would go
   // on acknowledging writes past this point.
-  REQUIRE(WaitFor([&] { return !Get(*f.client, kLeaseKey).has_value(); }, milliseconds(30'000)));
+  REQUIRE(
+      WaitFor([&] { return !EtcdGet(*f.client, kLeaseKey).has_value(); }, milliseconds(30'000)));
   REQUIRE(writer.MoreAttempts(10));
   writer.Stop();
   // Killed while share-manager could do nothing: only a zombie is left (its
@@ -784,11 +778,12 @@ TEST_CASE(
   // expired there: nobody renews it.
   REQUIRE(WaitFor(
       [&] {
-        const auto key = Get(*f.client, kLeaseKey);
+        const auto key = EtcdGet(*f.client, kLeaseKey);
         return key && key->value().starts_with("00000000000000000002 ");
       },
       milliseconds(15'000)));
-  REQUIRE(WaitFor([&] { return !Get(*f.client, kLeaseKey).has_value(); }, milliseconds(30'000)));
+  REQUIRE(
+      WaitFor([&] { return !EtcdGet(*f.client, kLeaseKey).has_value(); }, milliseconds(30'000)));
   newer->ResumeOutput();
 
   CHECK(RequireOk(newer->WaitExit(milliseconds(30'000))) == sharemgr::kExitLeaseLost);

@@ -7,11 +7,14 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "tests/support/fake_time_source.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/wait_for.h"
 
 namespace sharemgr {
@@ -93,12 +96,18 @@ struct Fixture {
   FakeBackend backend{clock};
   int taken = 0;
   std::vector<std::string> lost;
+  // Each renewed hook's valid_until, and what the keeper answered meanwhile
+  // (it must not hold its lock while it calls out).
+  std::vector<std::pair<TimePoint, std::optional<TimePoint>>> renewed;
   ServingLease lease{
       backend, clock,
       ServingLeaseOptions{
           .epoch = kEpoch, .ttl = kTtl, .drift_margin = kDrift, .acquire_timeout = kAcquireTimeout},
-      ServingLease::Hooks{.taken = [this] { ++taken; },
-                          .lost = [this](const std::string& why) { lost.push_back(why); }}};
+      ServingLease::Hooks{
+          .taken = [this] { ++taken; },
+          .lost = [this](const std::string& why) { lost.push_back(why); },
+          .renewed =
+              [this](TimePoint until) { renewed.emplace_back(until, lease.valid_until()); }}};
   const TimePoint t0 = clock.Now();
 
   // Steps the keeper the way its thread does, until the clock reaches `until`
@@ -186,6 +195,13 @@ TEST_CASE("the lease is renewed every TTL/3, each renewal counted from its send 
     CHECK(f.backend.renewals[i].deadline == f.backend.renewals[i].at + kCallTimeout);
   }
   CHECK(f.lease.valid_until() == f.backend.renewals.back().at + kTtl - kMargin);
+  // Each renewal told, with the validity it gave.
+  REQUIRE(f.renewed.size() == f.backend.renewals.size());
+  for (size_t i = 0; i < f.renewed.size(); ++i) {
+    CAPTURE(i);
+    CHECK(f.renewed[i].first == f.backend.renewals[i].at + kTtl - kMargin);
+    CHECK(f.renewed[i].second == f.renewed[i].first);
+  }
   CHECK(f.taken == 1);
   CHECK(f.lost.empty());
 }
@@ -226,6 +242,7 @@ TEST_CASE("renewals failing: retried, validity unchanged, lost once valid_until 
   CHECK(f.backend.renewals.size() == 10);
   for (const auto& call : f.backend.renewals) CHECK(call.deadline <= valid_until);
 
+  CHECK(f.renewed.empty());  // a failed renewal moves nothing
   f.RunUntil(valid_until);
   REQUIRE(f.lost.size() == 1);
   CHECK(f.lost[0].find("no renewal confirmed for 7.2s") != std::string::npos);
@@ -260,6 +277,24 @@ TEST_CASE("a renewal confirmed only after valid_until is not taken as one") {
   REQUIRE(f.lost.size() == 1);
   CHECK(f.lost[0].find("only after") != std::string::npos);
   CHECK_FALSE(f.lease.ValidAt(valid_until));
+  CHECK(f.renewed.empty());
+}
+
+TEST_CASE("a lost lease is told to the hook before it is logged (a log line may block)") {
+  testing_support::LogCapture log;  // outlives the keeper
+  int logged_before_hook = -1;
+  Fixture f;
+  f.lease.Step();
+  f.backend.keep_alive = [](TimePoint) { return Renewal{.ttl_seconds = 0}; };
+  const std::string line = "serving lease of epoch 5: the store says the lease expired";
+  ServingLease told(f.backend, f.clock, ServingLeaseOptions{.epoch = kEpoch, .ttl = kTtl},
+                    ServingLease::Hooks{
+                        .lost = [&](const std::string&) { logged_before_hook = log.Count(line); }});
+  told.Step();
+  f.clock.Advance(kRenew);
+  told.Step();
+  CHECK(logged_before_hook == 0);
+  CHECK(log.Count(line) == 1);
 }
 
 TEST_CASE("a renewal answered with TTL <= 0 loses the lease at once, long before valid_until") {
