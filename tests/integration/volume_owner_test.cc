@@ -145,7 +145,10 @@ TEST_CASE("owner 2. Unmount during a repair is refused, once it ends Unmount hol
   auto d = Start(*loop);
   fsck.Slow(true);
   TriggerExt4Error(*loop);
-  REQUIRE(WaitRepairing(*d).ok());
+  {
+    const auto repairing = WaitRepairing(*d);
+    REQUIRE_MESSAGE(repairing.ok(), repairing.status().ToString(), "\n", d->output());
+  }
   CHECK(CallUnmount(*d).error_code() == grpc::StatusCode::UNAVAILABLE);
   fsck.Slow(false);
   // The caller retries after the repair, as a controller does.
@@ -212,7 +215,10 @@ TEST_CASE(
   REQUIRE(d->WriteEventually("/precious.txt", "kept").ok());
   fsck.Slow(true);
   TriggerExt4Error(*loop);
-  REQUIRE(WaitRepairing(*d).ok());
+  {
+    const auto repairing = WaitRepairing(*d);
+    REQUIRE_MESSAGE(repairing.ok(), repairing.status().ToString(), "\n", d->output());
+  }
   REQUIRE(fsck.WaitCount("start", 2, milliseconds(10'000)));  // the start-up check, then this
   d->Signal(SIGTERM);
   const auto code = d->WaitExit(milliseconds(20'000));
