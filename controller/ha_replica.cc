@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/clock.h"
 #include "base/fmt_absl.h"
 #include "base/validate.h"
 #include "controller/etcd_election.h"
@@ -124,9 +125,9 @@ HaReplica::HaReplica(HaReplicaOptions options, EtcdStore& store, DeposedHook dep
       work_dir_lock_(std::move(work_dir_lock)),
       leader_store_(store, deposed_),
       backend_(MakeEtcdElectionBackend(std::move(election_client), options_.prefix, options_.id,
-                                       base::SteadyClock())) {
+                                       base::BootClock())) {
   election_ = std::make_unique<LeaderElection>(
-      *backend_, base::SteadyClock(),
+      *backend_, base::BootClock(),
       LeaderElectionOptions{.id = options_.id, .ttl = options_.leader_ttl},
       LeaderElection::Hooks{.elected =
                                 [this](int64_t token) {
@@ -195,11 +196,11 @@ PodRuntime& HaReplica::Acting(PodRuntime& runtime) {
         runtime, store_.client(),
         ServingLeaseGateOptions{.prefix = options_.pod_leases->prefix,
                                 .drift_margin = options_.pod_leases->drift_margin},
-        base::SteadyClock());
+        base::BootClock());
     inner = lease_gate_.get();
   }
   leader_gate_ = std::make_unique<LeaderGatedRuntime>(
-      *inner, [this] { return election_->LeadingAt(base::SteadyClock().Now()); }, deposed_);
+      *inner, [this] { return election_->LeadingAt(base::BootClock().Now()); }, deposed_);
   return *leader_gate_;
 }
 
