@@ -156,7 +156,9 @@ void FillVolume(const VolumeSnapshot& volume, v1::ShareStatus& out) {
 
 Daemon::Daemon(const DaemonConfig& config)
     : config_(config),
-      metrics_(config.metrics_listen.empty() ? nullptr : std::make_unique<ShareMetrics>()),
+      metrics_(config.metrics_listen.empty()
+                   ? nullptr
+                   : std::make_unique<ShareMetrics>(config.supervisor.memory_limit_bytes)),
       export_probe_(config.probe_host, static_cast<uint16_t>(config.ganesha.input().nfs_port),
                     config.ganesha.input().volume,
                     config.volume ? "" : config.ganesha.input().export_dir),

@@ -74,7 +74,7 @@ std::string ShareMetrics::DeathCauseLabel(const supervisor::Death& death) {
   return "unknown";
 }
 
-ShareMetrics::ShareMetrics()
+ShareMetrics::ShareMetrics(uint64_t ganesha_memory_limit_bytes)
     : catalogue_(std::make_shared<metrics::Catalogue>()),
       state_(
           catalogue_->AddGauge("sharemgr_share_state",
@@ -146,6 +146,14 @@ ShareMetrics::ShareMetrics()
   for (size_t i = 0; i < kStates.size(); ++i) {
     state_gauges_[i] = &state_.Add({{"state", std::string(supervisor::StateName(kStates[i]))}});
     state_gauges_[i]->Set(kStates[i] == State::kStarting ? 1 : 0);
+  }
+  // No sample without a limit: a 0 drawn beside the RSS would read as one.
+  auto& memory_limit = catalogue_->AddGauge(
+      "sharemgr_ganesha_memory_limit_bytes",
+      "--ganesha-memory-limit: ganesha is restarted (a death of cause memory) when its resident "
+      "memory stays over it for --ganesha-memory-grace; no sample when off");
+  if (ganesha_memory_limit_bytes > 0) {
+    memory_limit.Add({}).Set(static_cast<double>(ganesha_memory_limit_bytes));
   }
   for (RepairKind kind : {RepairKind::kRemount, RepairKind::kFull}) {
     repair_duration_.Add({{"kind", RepairKindLabel(kind)}}, kRepairBuckets);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,7 +31,9 @@ enum class VolumeOp { kTrim, kResize };
 
 class ShareMetrics {
  public:
-  ShareMetrics();
+  // `ganesha_memory_limit_bytes`: --ganesha-memory-limit (0: none), exported
+  // beside ganesha's RSS so a dashboard can draw one against the other.
+  explicit ShareMetrics(uint64_t ganesha_memory_limit_bytes = 0);
   ShareMetrics(const ShareMetrics&) = delete;
   ShareMetrics& operator=(const ShareMetrics&) = delete;
 

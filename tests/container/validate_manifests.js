@@ -121,6 +121,23 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
         });
       }
       if (c.name === "share-manager") {
+        // --metrics-listen, the container's "metrics" port and the scrape
+        // annotations name one port: Prometheus scrapes what is served.
+        check(`${file}: ${c.name} serves metrics on its "metrics" port, the one the scrape annotations name`, () => {
+          const flag = (c.args || []).find((a) => a.startsWith("--metrics-listen="));
+          if (!flag) throw new Error("no --metrics-listen=: no metrics are served");
+          const listened = Number(flag.split(":").pop());
+          const port = (c.ports || []).find((p) => p.name === "metrics");
+          if (!port || port.containerPort !== listened) {
+            throw new Error(`--metrics-listen port ${listened} is not the container's "metrics" port`);
+          }
+          const a = (obj.metadata && obj.metadata.annotations) || {};
+          if (a["prometheus.io/scrape"] !== "true") throw new Error('no prometheus.io/scrape: "true"');
+          if (a["prometheus.io/port"] !== String(listened)) {
+            throw new Error(`prometheus.io/port ${a["prometheus.io/port"]}, metrics are on ${listened}`);
+          }
+          if (a["prometheus.io/path"] !== "/metrics") throw new Error("prometheus.io/path is not /metrics");
+        });
         check(`${file}: ${c.name} serves its API over mutual TLS from a mounted Secret`, () => {
           const args = c.args || [];
           const dir = args.find((a) => a.startsWith("--tls-dir="));
@@ -153,15 +170,26 @@ check("container/k8s holds a Pod with a share-manager container and a Service", 
 // Each NetworkPolicy selects a share-manager pod; every ingress rule names
 // ports the pod declares (a rule without ports, or a port entry without a
 // port, opens every port, the API's included); the API port is reachable only
-// from the controller's pods, NFS and health only from address blocks (the
-// nodes': the kubelet mounts and probes from the node), and the pod's
-// --nfs-clients are the NFS rule's blocks.
+// from the controller's pods, metrics only from Prometheus' pods, NFS and
+// health only from address blocks (the nodes': the kubelet mounts and probes
+// from the node), and the pod's --nfs-clients are the NFS rule's blocks.
 // The controller's pods as the manifests ship them (namespace and labels are
 // template values: change them here too).
 const CONTROLLER_PEER = {
   namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "longhorn-system" } },
   podSelector: { matchLabels: { "app.kubernetes.io/name": "share-controller" } },
 };
+// Prometheus' pods, as the manifests ship them (template values likewise).
+const PROMETHEUS_PEER = {
+  namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "monitoring" } },
+  podSelector: { matchLabels: { "app.kubernetes.io/name": "prometheus" } },
+};
+// Throws unless `from` is this one peer and nothing else.
+function onlyFrom(port, from, peer) {
+  if (!from.length || from.some((p) => !sameObject(p, peer))) {
+    throw new Error(`the ${port} port is open to more than ${JSON.stringify(peer)}`);
+  }
+}
 function sameObject(a, b) {
   const sorted = (v) =>
     v && typeof v === "object" && !Array.isArray(v)
@@ -210,20 +238,15 @@ function checkPolicy(np) {
         throw new Error(`port ${port.port} is not a named port of the pod`);
       }
       allowed.add(port.port);
-      if (port.port === "grpc") {
-        if (!from.length || from.some((peer) => !sameObject(peer, CONTROLLER_PEER))) {
-          throw new Error(
-            `the grpc port is open to more than the controller's pods ${JSON.stringify(CONTROLLER_PEER)}`,
-          );
-        }
-      }
+      if (port.port === "grpc") onlyFrom("grpc", from, CONTROLLER_PEER);
+      if (port.port === "metrics") onlyFrom("metrics", from, PROMETHEUS_PEER);
       if (port.port === "nfs") nfsBlocks.push(...nodeBlocks("nfs", from));
       // kubelet probes from the node: a pod that could reach the plaintext
       // health port could flood it and crowd the probes out.
       if (port.port === "health") nodeBlocks("health", from);
     }
   }
-  for (const name of ["grpc", "health", "nfs"]) {
+  for (const name of ["grpc", "health", "nfs", "metrics"]) {
     if (!allowed.has(name)) throw new Error(`port ${name} is not allowed at all`);
   }
   return nfsBlocks;
@@ -233,7 +256,7 @@ check("container/k8s holds a NetworkPolicy", () => {
 });
 for (const np of policies) {
   const name = `NetworkPolicy ${np.metadata.name}`;
-  check(`${name}: every rule names its ports; grpc only from the controller's pods, nfs and health only from the nodes`, () => {
+  check(`${name}: every rule names its ports; grpc only from the controller's pods, metrics only from Prometheus', nfs and health only from the nodes`, () => {
     checkPolicy(np);
   });
   check(`${name}: the pod's --nfs-clients are the NFS rule's address blocks`, () => {
@@ -256,6 +279,7 @@ const validPolicy = {
       { from: [CONTROLLER_PEER], ports: [{ port: "grpc", protocol: "TCP" }] },
       { from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [{ port: "health", protocol: "TCP" }] },
       { from: [{ ipBlock: { cidr: "10.0.0.0/16" } }], ports: [{ port: "nfs", protocol: "TCP" }] },
+      { from: [PROMETHEUS_PEER], ports: [{ port: "metrics", protocol: "TCP" }] },
     ],
   },
 };
@@ -289,6 +313,14 @@ const widened = {
   "grpc beside health (open to the nodes)": (p) =>
     p.spec.ingress[1].ports.push({ port: "grpc", protocol: "TCP" }),
   "grpc from everyone (no from)": (p) => delete p.spec.ingress[0].from,
+  "metrics from everyone (no from)": (p) => delete p.spec.ingress[3].from,
+  "metrics from every pod of the monitoring namespace": (p) =>
+    p.spec.ingress[3].from.push({ namespaceSelector: PROMETHEUS_PEER.namespaceSelector }),
+  "metrics from the nodes' address block": (p) =>
+    p.spec.ingress[3].from.push({ ipBlock: { cidr: "10.0.0.0/16" } }),
+  "metrics beside health (open to the nodes)": (p) =>
+    p.spec.ingress[1].ports.push({ port: "metrics", protocol: "TCP" }),
+  "metrics not allowed at all": (p) => p.spec.ingress.pop(),
 };
 check("the NetworkPolicy check accepts the valid policy it widens below", () => {
   checkPolicy(structuredClone(validPolicy));

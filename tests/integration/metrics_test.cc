@@ -28,11 +28,13 @@ constexpr char kDeaths[] = "sharemgr_ganesha_deaths_total";
 
 // A daemon with --metrics-listen on a free loopback port.
 struct Metered {
-  explicit Metered(std::vector<std::string> flags = {}) : port(base::FreeLoopbackPort()) {
+  explicit Metered(std::vector<std::string> flags = {}, bool wait_until_serving = true)
+      : port(base::FreeLoopbackPort()) {
     REQUIRE(port != 0);
     flags.push_back("--metrics-listen");
     flags.push_back("127.0.0.1:" + std::to_string(port));
-    d = RequireOk(DaemonProcess::Start({.extra_flags = flags}));
+    d = RequireOk(
+        DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = wait_until_serving}));
   }
   MetricsScrape Scrape() const {
     auto scrape = MetricsScrape::From(port);
@@ -166,6 +168,8 @@ TEST_CASE(
   CHECK(after.Count("sharemgr_ganesha_resident_memory_bytes") > 1 << 20);
   CHECK(after.Count("sharemgr_ganesha_open_fds") > 3);
   CHECK(after.Value("sharemgr_ganesha_cpu_seconds_total").has_value());
+  // No --ganesha-memory-limit: no limit sample (a 0 would read as a limit).
+  CHECK_FALSE(after.Value("sharemgr_ganesha_memory_limit_bytes").has_value());
   // A directory share has no volume probe: no volume figures.
   CHECK_FALSE(after.Value("sharemgr_volume_size_bytes").has_value());
 }
@@ -251,4 +255,25 @@ TEST_CASE(
   CHECK(after.Value("sharemgr_volume_operations_total{op=\"resize\",outcome=\"ok\"}") == 1);
   CHECK(after.Value("sharemgr_volume_operation_duration_seconds_count{op=\"trim\"}") == 1);
   CHECK(after.Value("sharemgr_volume_operation_duration_seconds_count{op=\"resize\"}") == 1);
+}
+
+TEST_CASE(
+    "metrics 7. a memory kill: one death of cause memory (not signal_9), the limit beside "
+    "ganesha's RSS") {
+  // An idle ganesha is over 1 MiB: killed at its first sample, and with no
+  // death to spare that one kill fails the share, so no other follows it.
+  // The failed share lingers, still scraped.
+  Metered m({"--ganesha-memory-limit", "1Mi", "--ganesha-memory-grace", "0s", "--probe-interval",
+             "100ms", "--max-deaths", "0", "--failed-linger", "10s"},
+            /*wait_until_serving=*/false);
+  const auto failed =
+      RequireOk(m.d->WaitFor([](const v1::ShareStatus& s) { return s.state() == v1::FAILED; },
+                             milliseconds(20'000), "FAILED after a memory kill"));
+  CHECK(failed.memory_kills() == 1);
+  const auto after = m.Scrape();
+  CHECK(after.Series(kDeaths) == std::map<std::string, double>{{"{cause=\"memory\"}", 1}});
+  CHECK(after.Value("sharemgr_ganesha_memory_limit_bytes") == 1 << 20);
+  CHECK(after.Value("sharemgr_ganesha_restarts_total") == 0);
+  CHECK(after.Value("sharemgr_ganesha_crash_detection_seconds_count") == 0);
+  CHECK(after.Value("sharemgr_share_state{state=\"FAILED\"}") == 1);
 }

@@ -1,6 +1,7 @@
 // container/grafana-dashboard.json against the code: every metric name its
 // queries (and any other text in it) mention is one share-manager or
-// share-controller exports, and every family they export has a panel.
+// share-controller exports, and every family they export has a panel. And
+// README's Metrics tables: one row for each family, none for another.
 #include <doctest/doctest.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -18,13 +19,15 @@ namespace {
 
 using google::protobuf::Value;
 
-std::string ReadDashboard() {
-  std::ifstream in(std::string(SHAREMGR_SOURCE_DIR) + "/container/grafana-dashboard.json");
-  REQUIRE(in.good());
+std::string ReadSource(const std::string& path) {
+  std::ifstream in(std::string(SHAREMGR_SOURCE_DIR) + "/" + path);
+  REQUIRE_MESSAGE(in.good(), path);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
 }
+
+std::string ReadDashboard() { return ReadSource("container/grafana-dashboard.json"); }
 
 // Every string in the JSON document, recursively.
 void Strings(const Value& v, std::vector<std::string>& out) {
@@ -82,6 +85,25 @@ std::set<std::string> Unknown(const std::set<std::string>& mentioned,
   return unknown;
 }
 
+// The sharemgr_* names in the first column of the tables of README's
+// "## Metrics" section (a row may name several: `a`, `b`).
+std::set<std::string> ReadmeTableMetrics(const std::string& readme) {
+  const auto start = readme.find("\n## Metrics\n");
+  REQUIRE(start != std::string::npos);
+  const auto end = readme.find("\n## ", start + 1);
+  std::istringstream section(readme.substr(start, end - start));
+  std::set<std::string> names;
+  const std::regex metric("sharemgr_[a-z0-9_]+");
+  for (std::string line; std::getline(section, line);) {
+    if (!line.starts_with("| `sharemgr_")) continue;
+    const std::string first = line.substr(0, line.find(" | "));
+    for (std::sregex_iterator it(first.begin(), first.end(), metric), none; it != none; ++it) {
+      names.insert(it->str());
+    }
+  }
+  return names;
+}
+
 std::vector<metrics::Catalogue::Entry> AllEntries() {
   sharemgr::ShareMetrics share;
   controller::ControllerMetrics controller;
@@ -122,4 +144,20 @@ TEST_CASE("the dashboard check bites: a misspelt metric, or a histogram's suffix
       {"expr": "sharemgr_ganesha_threads_bucket"}]}]})json";
   CHECK(Unknown(MentionedMetrics(dashboard), exported) ==
         std::set<std::string>{"sharemgr_ganesha_death_total", "sharemgr_ganesha_threads_bucket"});
+}
+
+TEST_CASE("README's metric tables list every family the code exports, and no other") {
+  std::set<std::string> declared;
+  for (const auto& e : AllEntries()) declared.insert(e.name);
+  const std::string readme = ReadSource("README.md");
+  CHECK(ReadmeTableMetrics(readme) == declared);
+  // The check bites: a row gone is a family missing.
+  const std::string row = "| `sharemgr_ganesha_memory_limit_bytes` |";
+  const auto at = readme.find(row);
+  REQUIRE(at != std::string::npos);
+  std::string without = readme;
+  without.erase(at, readme.find('\n', at) + 1 - at);
+  std::set<std::string> missing = declared;
+  missing.erase("sharemgr_ganesha_memory_limit_bytes");
+  CHECK(ReadmeTableMetrics(without) == missing);
 }

@@ -159,6 +159,29 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "share metrics: a memory kill is one death of cause memory and one restart, no crash "
+    "detection, and the limit is exported only when set") {
+  CHECK(Collected(*ShareMetrics().catalogue()).Samples("sharemgr_ganesha_memory_limit_bytes") == 0);
+  ShareMetrics m(512ull << 20);
+  m.OnStatus(State::kServing, 10);
+  // As the supervisor reports it: SIGKILLed, but over its limit, not crashed.
+  m.OnDeath({.cause = DeathCause::kMemory,
+             .exit = {.code = -1, .signal = 9},
+             .noticed = base::Clock::now(),
+             .detection = milliseconds(1),
+             .restarting = true});
+  m.OnStatus(State::kDegraded, 0);
+  m.OnStatus(State::kServing, 11);
+  const Collected now(*m.catalogue());
+  CHECK(now.Value("sharemgr_ganesha_memory_limit_bytes") == 512 << 20);
+  CHECK(now.Value("sharemgr_ganesha_deaths_total", {{"cause", "memory"}}) == 1);
+  CHECK(now.Samples("sharemgr_ganesha_deaths_total") == 1);  // not signal_9 besides
+  CHECK(now.Value("sharemgr_ganesha_restarts_total") == 1);
+  CHECK(now.HistogramCount("sharemgr_ganesha_crash_detection_seconds") == 0);
+  CHECK(now.HistogramCount("sharemgr_ganesha_crash_to_serving_seconds") == 1);
+}
+
+TEST_CASE(
     "share metrics: answered probes are timed, failed ones are not, misses are counted apart") {
   ShareMetrics m;
   m.OnProbe(std::chrono::microseconds(300), true);
@@ -242,7 +265,7 @@ TEST_CASE("share metrics: gRPC calls by method and code, timed by method") {
 }
 
 TEST_CASE("share metrics: the whole exposition is valid for Prometheus' reference parser") {
-  ShareMetrics m;
+  ShareMetrics m(uint64_t{1} << 30);  // a memory limit: every family has a sample
   m.OnStatus(State::kServing, getpid());
   m.OnDeath(Killed(9));
   m.OnRpc("/x/y", grpc::StatusCode::UNAVAILABLE, milliseconds(1));
