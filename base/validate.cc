@@ -28,8 +28,14 @@ constexpr int64_t kMaxGraceSeconds = 3600;
 bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 std::string Printable(absl::string_view text) {
+  return EscapeControl(text.substr(0, 80)) + (text.size() > 80 ? "..." : "");
+}
+
+}  // namespace
+
+std::string EscapeControl(absl::string_view text) {
   std::string out;
-  for (char ch : text.substr(0, 80)) {
+  for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) {
       out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
@@ -37,11 +43,8 @@ std::string Printable(absl::string_view text) {
       out += ch;
     }
   }
-  if (text.size() > 80) out += "...";
   return out;
 }
-
-}  // namespace
 
 absl::Status ValidateVolumeName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {

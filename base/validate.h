@@ -11,6 +11,10 @@
 
 namespace base {
 
+// `text` with every control byte (newline too) spelled \xNN: for strings from
+// elsewhere shown to people, whose terminal would act on escape sequences.
+std::string EscapeControl(absl::string_view text);
+
 // A Kubernetes object name usable as a DNS-1123 label: 1-63 characters of
 // [a-z0-9-], starting and ending with an alphanumeric.
 absl::Status ValidateVolumeName(absl::string_view name);

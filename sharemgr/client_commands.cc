@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/byte_size.h"
 #include "base/clock.h"
+#include "base/validate.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 #include "sharemgr/exit_codes.h"
@@ -134,12 +135,12 @@ std::string DescribeUsage(const v1::GaneshaUsage& u) {
 std::string Describe(const v1::ShareStatus& s) {
   auto ms = [](uint64_t v) { return base::FormatDuration(base::Duration(v)); };
   std::string out = absl::StrCat(
-      "volume:          ", s.volume(), "\n",  //
-      "state:           ", v1::ShareState_Name(s.state()), " (", s.reason(), ")\n",
-      "since:           ", FormatUnixMs(s.last_transition_unix_ms()), "\n",
-      "export:          ", s.export_path(), " as ", s.pseudo_path(),
-      s.exported() ? "" : " (withdrawn)", "\n",  //
-      "nfs:             ", s.nfs_address(), ":", s.nfs_port(), "\n",
+      "volume:          ", base::EscapeControl(s.volume()), "\n",  //
+      "state:           ", v1::ShareState_Name(s.state()), " (", base::EscapeControl(s.reason()),
+      ")\n", "since:           ", FormatUnixMs(s.last_transition_unix_ms()), "\n",
+      "export:          ", base::EscapeControl(s.export_path()), " as ",
+      base::EscapeControl(s.pseudo_path()), s.exported() ? "" : " (withdrawn)", "\n",  //
+      "nfs:             ", base::EscapeControl(s.nfs_address()), ":", s.nfs_port(), "\n",
       "ganesha pid:     ", s.ganesha_pid() != 0 ? absl::StrCat(s.ganesha_pid()) : "-",
       s.ganesha_pid() != 0 ? absl::StrCat(" (up ", ms(s.ganesha_uptime_ms()), ")") : "", "\n");
   if (s.has_ganesha_usage()) {
@@ -149,13 +150,13 @@ std::string Describe(const v1::ShareStatus& s) {
                   s.memory_kills() > 0 ? absl::StrCat(" (", s.memory_kills(), " for memory)") : "",
                   "\n");
   if (s.last_exit().present()) {
-    absl::StrAppend(&out, "last exit:       ", s.last_exit().description(), " at ",
-                    FormatUnixMs(s.last_exit().unix_ms()), "\n",
+    absl::StrAppend(&out, "last exit:       ", base::EscapeControl(s.last_exit().description()),
+                    " at ", FormatUnixMs(s.last_exit().unix_ms()), "\n",
                     "exit cause:      ", CauseWord(s.last_exit().cause()), "\n");
   }
   absl::StrAppend(&out, "volume repairs:  ", s.volume_repairs(), "\n");
   if (s.has_lease()) {
-    absl::StrAppend(&out, "lease:           ", s.lease().key(),
+    absl::StrAppend(&out, "lease:           ", base::EscapeControl(s.lease().key()),
                     s.lease().held()
                         ? absl::StrCat(" held, valid ", ms(s.lease().valid_for_ms()), " more")
                         : " not held",
@@ -171,7 +172,8 @@ std::string OneLine(const v1::ShareStatus& s) {
   return absl::StrCat(FormatUnixMs(s.last_transition_unix_ms()), " ",
                       v1::ShareState_Name(s.state()), " pid=", s.ganesha_pid(),
                       " restarts=", s.restart_count(), " generation=", s.remount_generation(),
-                      " exported=", s.exported() ? "yes" : "no", ": ", s.reason());
+                      " exported=", s.exported() ? "yes" : "no", ": ",
+                      base::EscapeControl(s.reason()));
 }
 
 class Client {

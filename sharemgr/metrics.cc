@@ -179,9 +179,16 @@ ShareMetrics::ShareMetrics(uint64_t ganesha_memory_limit_bytes)
   // nothing is spent on it between scrapes. No samples while none runs. (Its
   // pid is held by its zombie until reaped, and cleared by the status that
   // follows the reap: only in between could a scrape read a reused pid.)
-  auto usage = [this] {
-    absl::MutexLock lock(&mu_);
-    return ganesha_pid_ != 0 ? base::ReadProcessUsage(ganesha_pid_) : std::nullopt;
+  // Read outside mu_: /proc of a ganesha with many descriptors is slow to
+  // list, and the loop's status and every RPC's count take mu_.
+  auto usage = [this]() -> std::optional<base::ProcessUsage> {
+    pid_t pid = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      pid = ganesha_pid_;
+    }
+    if (pid == 0) return std::nullopt;
+    return base::ReadProcessUsage(pid);
   };
   auto ganesha_family = [this, usage](const std::string& name, const std::string& help,
                                       prometheus::MetricType type,

@@ -260,7 +260,10 @@ void Supervisor::OnChildExit() {
     Finish(Outcome::kStopped);
     return;
   }
-  if (status_.state == State::kFailed) return;
+  if (status_.state == State::kFailed) {
+    Publish();  // pid 0: nothing reads the dead ganesha's /proc any more
+    return;
+  }
   const auto decision = policy_.OnDeath(clock_.Now());
   ReportDeath(status_.last_exit_cause, *exit, noticed, !decision.give_up);
   if (decision.give_up) {
@@ -326,7 +329,9 @@ void Supervisor::ReapOrphans() {
 void Supervisor::OnProbeTimer() {
   // Orphans whose exit was queued behind a helper's zombie are picked up here.
   ReapOrphans();
-  if (!child_) return;
+  // Killed already (its exit is on the way): no more probes, and above all no
+  // second kill that would relabel the death's cause.
+  if (!child_ || !kill_reason_.empty()) return;
   // A probe that could not run at the deadline holds it, for at most
   // another start timeout: a lasting shortage here must not shield a ganesha
   // that never starts answering.
@@ -496,7 +501,8 @@ void Supervisor::SampleUsage() {
 }
 
 void Supervisor::Kill(DeathCause cause, std::string reason) {
-  if (!child_) return;
+  // One kill per child: the first cause is the death's cause.
+  if (!child_ || !kill_reason_.empty()) return;
   // Signalled before the synchronous log, as in Fail: a full stderr must not
   // hold the kill.
   child_->SignalGroup(SIGKILL);

@@ -149,4 +149,9 @@ TEST_CASE("an address or network with a NUL inside is refused, whatever follows 
   }
 }
 
+TEST_CASE("EscapeControl spells control bytes out (a terminal escape cannot act), keeps UTF-8") {
+  CHECK(EscapeControl("ok: caf\xc3\xa9") == "ok: caf\xc3\xa9");
+  CHECK(EscapeControl("\x1b]52;c;aGk=\x07\nnext\x7f") == "\\x1b]52;c;aGk=\\x07\\x0anext\\x7f");
+}
+
 }  // namespace base

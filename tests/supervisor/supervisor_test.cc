@@ -565,6 +565,11 @@ TEST_CASE(
     h.Run([](Supervisor& s) { s.Fail("lease lost: test", Supervisor::StopSignal::kKill); });
     CHECK(h.WaitFor(StateIs(State::kFailed)).reason == "lease lost: test");
     CHECK(DiesSoon(pid));
+    // Its end is published (pid 0), so nothing reads a dead or reused pid's /proc.
+    const auto reaped = h.WaitFor([](const SupervisorStatus& s) { return s.pid == 0; });
+    CHECK(reaped.state == State::kFailed);
+    REQUIRE(reaped.last_exit.has_value());
+    CHECK(reaped.last_exit->signal == SIGKILL);
   }
   SUBCASE("stopping") {
     Harness h(options, stubborn);
