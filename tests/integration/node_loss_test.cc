@@ -47,6 +47,7 @@ TEST_CASE(
   const NodeLossRun run = testing_support::RunNodeLoss({.node = node, .cluster = cluster, .volume = *volume},
                                       {.old_epoch = 3, .ttl = "4s"});
   const std::string logs = "old:\n" + run.old_log + "\nnew:\n" + run.new_log;
+  INFO(logs);
 
   const auto valid_until = RequireOk(run.old_valid_until);
   const auto fenced = RequireOk(run.old_fenced);

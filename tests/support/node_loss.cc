@@ -158,6 +158,15 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   client.AddServer(kOld, *old_server);
   REQUIRE_MESSAGE(WaitFor([&] { return client.AckCount(kOld) >= 5; }, milliseconds(20'000)),
                   old_server->output());
+  const size_t renewals = CountOccurrences(old_server->output(), kLeaseRenewedLine);
+  REQUIRE_MESSAGE(WaitFor(
+                      [&] {
+                        return CountOccurrences(old_server->output(), kLeaseRenewedLine) >
+                               renewals;
+                      },
+                      patience),
+                  old_server->output());
+  std::this_thread::sleep_for(absl::ToChronoMilliseconds(options.cut_after_renewal));
 
   setup.node.Cut();
   run.cut = absl::Now();

@@ -32,7 +32,11 @@ struct NodeLossOptions {
   std::string ttl = "4s";
   // The old one's --failed-linger: long enough to still run (fenced) when
   // the link heals, so that what it does then is seen.
-  std::string old_failed_linger = "30s";
+  std::string old_failed_linger = "15s";
+  // The cut comes this long after a renewal the old one logged (0: just
+  // after it, the longest the old one stays valid; the renewal interval is
+  // TTL/3).
+  absl::Duration cut_after_renewal = absl::ZeroDuration();
   // Waited after the heal, the client still writing to the old address.
   absl::Duration after_heal = absl::Seconds(3);
   // Wait for the old one's exit (its fence code) before returning.
