@@ -58,9 +58,9 @@ class NetNamespace {
   // What runs a program inside the namespace's network only (a DaemonSpec's
   // wrapper): unlike `ip netns exec`, it keeps the host's mount namespace, so
   // what the program mounts is seen (and cleaned up) by the test.
-  std::vector<std::string> NetworkOnlyWrapper() const {
-    return {"nsenter", "--net=/var/run/netns/" + name_, "--"};
-  }
+  std::vector<std::string> NetworkOnlyWrapper() const { return {"nsenter", "--net=" + path(), "--"}; }
+  // What setns(2) opens to move a thread in.
+  std::string path() const { return "/var/run/netns/" + name_; }
 
   // Cuts the namespace off (its end of the veth pair down: nothing in or
   // out but its loopback), and heals it again.

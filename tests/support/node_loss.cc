@@ -1,6 +1,8 @@
 #include "tests/support/node_loss.h"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/unique_fd.h"
 #include "supervisor/nfs_null_probe.h"
 #include "tests/support/count_occurrences.h"
 #include "tests/support/daemon_log.h"
@@ -40,9 +43,16 @@ class RecordWriter {
   RecordWriter& operator=(const RecordWriter&) = delete;
 
   // Called by the owner only (threads_ is not shared with the writers).
-  void AddServer(int server, const DaemonProcess& d) {
-    threads_.emplace_back([this, server, address = d.address(), port = d.nfs_port(),
+  // With `netns`, the thread writes from inside that network namespace (a
+  // client on the same side of the cut as the server: setns moves only the
+  // calling thread).
+  void AddServer(int server, const DaemonProcess& d, const std::string& netns = "") {
+    threads_.emplace_back([this, server, netns, address = d.address(), port = d.nfs_port(),
                            export_path = d.pseudo_path()] {
+      if (!netns.empty()) {
+        const base::UniqueFd fd(open(netns.c_str(), O_RDONLY | O_CLOEXEC));
+        if (fd.get() < 0 || setns(fd.get(), CLONE_NEWNET) != 0) return;  // it never acks
+      }
       while (!stop_) {
         const int number = next_++;
         const std::string name = RecordName(number);
@@ -51,7 +61,7 @@ class RecordWriter {
         if (written.ok()) {
           const absl::Time at = absl::Now();
           absl::MutexLock lock(&mu_);
-          acks_.push_back({number, server, at});
+          acks_.push_back({number, server, at, !netns.empty()});
         }
         std::this_thread::sleep_for(milliseconds(20));
       }
@@ -67,10 +77,11 @@ class RecordWriter {
     absl::MutexLock lock(&mu_);
     return acks_;
   }
-  int AckCount(int server) const {
+  int AckCount(int server, bool from_node = false) const {
     absl::MutexLock lock(&mu_);
-    return static_cast<int>(std::count_if(acks_.begin(), acks_.end(),
-                                          [&](const auto& a) { return a.server == server; }));
+    return static_cast<int>(std::count_if(acks_.begin(), acks_.end(), [&](const auto& a) {
+      return a.server == server && a.from_node == from_node;
+    }));
   }
 
  private:
@@ -154,10 +165,16 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
                                                     .wrapper = setup.node.NetworkOnlyWrapper(),
                                                     .address = setup.node.address()}));
 
+  // Two writers to the old server: one from the host (cut off with the
+  // node), one on the node itself (it still reaches the old server after the
+  // cut: what it gets acknowledged then is what fencing must prevent).
   RecordWriter client;
   client.AddServer(kOld, *old_server);
-  REQUIRE_MESSAGE(WaitFor([&] { return client.AckCount(kOld) >= 5; }, milliseconds(20'000)),
-                  old_server->output());
+  client.AddServer(kOld, *old_server, setup.node.path());
+  REQUIRE_MESSAGE(
+      WaitFor([&] { return client.AckCount(kOld) >= 5 && client.AckCount(kOld, true) >= 5; },
+              milliseconds(20'000)),
+      old_server->output());
   const size_t renewals = CountOccurrences(old_server->output(), kLeaseRenewedLine);
   REQUIRE_MESSAGE(WaitFor(
                       [&] {

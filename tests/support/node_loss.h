@@ -47,11 +47,13 @@ struct NodeLossOptions {
 
 struct NodeLossRun {
   // One write the client got acknowledged: record `number` (a file
-  // "/record-<number>" holding that name) by the old (0) or new (1) server.
+  // "/record-<number>" holding that name) by the old (0) or new (1) server,
+  // written from the host or from inside the node's namespace.
   struct Ack {
     int number;
     int server;
     absl::Time at;
+    bool from_node;
   };
   std::vector<Ack> acks;
   // Records acknowledged but not read back, or read back wrong, through the
