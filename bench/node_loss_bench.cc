@@ -86,10 +86,10 @@ int main(int argc, char** argv) {
   try {
     const testing_support::NetNamespace node;
     testing_support::EtcdCluster cluster({.also_listen_on = node.host_address()});
-    auto volume = bench::ValueOrAbort(testing_support::LoopDevice::Create("64M", "ext4"),
-                                      "loop device");
-    bench::Series fenced("cut -> old fenced (its NFS stops)"),
-        taken("cut -> new took the lease"), serving("cut -> new SERVING"),
+    auto volume =
+        bench::ValueOrAbort(testing_support::LoopDevice::Create("64M", "ext4"), "loop device");
+    bench::Series fenced("cut -> old fenced (its NFS stops)"), taken("cut -> new took the lease"),
+        serving("cut -> new SERVING"),
         gap("last write acknowledged by the old -> first by the new");
     int unsafe = 0;
     std::cout << absl::StrFormat(
@@ -102,13 +102,13 @@ int main(int argc, char** argv) {
       // Cut at evenly spread phases of the renewal interval: the old one's
       // remaining validity, and so everything after, depends on it.
       const absl::Duration phase = renew * i / runs;
-      const NodeLossRun run = testing_support::RunNodeLoss(
-          {.node = node, .cluster = cluster, .volume = *volume},
-          {.old_epoch = static_cast<uint64_t>(2 * i + 1),
-           .ttl = ttl,
-           .old_failed_linger = "1s",
-           .cut_after_renewal = phase,
-           .after_heal = absl::Seconds(1)});
+      const NodeLossRun run =
+          testing_support::RunNodeLoss({.node = node, .cluster = cluster, .volume = *volume},
+                                       {.old_epoch = static_cast<uint64_t>(2 * i + 1),
+                                        .ttl = ttl,
+                                        .old_failed_linger = "1s",
+                                        .cut_after_renewal = phase,
+                                        .after_heal = absl::Seconds(1)});
       Record(fenced, run.cut, run.old_fenced);
       Record(taken, run.cut, run.new_taken);
       Record(serving, run.cut, run.new_serving);
@@ -125,9 +125,8 @@ int main(int argc, char** argv) {
                        absl::ToDoubleMilliseconds(phase), ms(run.old_fenced), ms(run.new_taken),
                        ms(run.new_serving),
                        last_old && run.FirstAck(kNew)
-                           ? absl::StrFormat("%.0f ms",
-                                             absl::ToDoubleMilliseconds(*run.FirstAck(kNew) -
-                                                                        *last_old))
+                           ? absl::StrFormat("%.0f ms", absl::ToDoubleMilliseconds(
+                                                            *run.FirstAck(kNew) - *last_old))
                            : std::string("-"),
                        run.acks.size(), violations.empty() ? "ok" : violations)
                 << std::endl;

@@ -3,6 +3,8 @@
 // itself, the next epoch takes over on the same volume, nothing acknowledged
 // is lost, and the old one stays dead when the link heals. The scenario is
 // tests/support/node_loss.h (bench/node_loss_bench.cc times it).
+#include "tests/support/node_loss.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
@@ -13,7 +15,6 @@
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/make_loop.h"
 #include "tests/support/net_namespace.h"
-#include "tests/support/node_loss.h"
 #include "tests/support/require_ok.h"
 
 namespace {
@@ -44,8 +45,8 @@ TEST_CASE(
   const NetNamespace node;
   EtcdCluster cluster({.also_listen_on = node.host_address()});
   const auto volume = testing_support::MakeLoop("ext4");
-  const NodeLossRun run = testing_support::RunNodeLoss({.node = node, .cluster = cluster, .volume = *volume},
-                                      {.old_epoch = 3, .ttl = "4s"});
+  const NodeLossRun run = testing_support::RunNodeLoss(
+      {.node = node, .cluster = cluster, .volume = *volume}, {.old_epoch = 3, .ttl = "4s"});
   const std::string logs = "old:\n" + run.old_log + "\nnew:\n" + run.new_log;
   INFO(logs);
 
@@ -57,8 +58,8 @@ TEST_CASE(
   MESSAGE("cut -> old fenced ", Ms(fenced - run.cut), " ms (valid_until at cut + ",
           Ms(valid_until - run.cut), " ms); cut -> new took the lease ", Ms(taken - run.cut),
           " ms; cut -> new SERVING ", Ms(RequireOk(run.new_serving) - run.cut),
-          " ms; last old ack -> first new ack ", Ms(first_new - last_old), " ms; ",
-          run.acks.size(), " writes acknowledged");
+          " ms; last old ack -> first new ack ", Ms(first_new - last_old), " ms; ", run.acks.size(),
+          " writes acknowledged");
 
   // The old one fenced itself, on its own clock, before etcd let the next in.
   CHECK_MESSAGE(fenced <= valid_until + kNoticeSlack, logs);

@@ -58,7 +58,9 @@ class NetNamespace {
   // What runs a program inside the namespace's network only (a DaemonSpec's
   // wrapper): unlike `ip netns exec`, it keeps the host's mount namespace, so
   // what the program mounts is seen (and cleaned up) by the test.
-  std::vector<std::string> NetworkOnlyWrapper() const { return {"nsenter", "--net=" + path(), "--"}; }
+  std::vector<std::string> NetworkOnlyWrapper() const {
+    return {"nsenter", "--net=" + path(), "--"};
+  }
   // What setns(2) opens to move a thread in.
   std::string path() const { return "/var/run/netns/" + name_; }
 

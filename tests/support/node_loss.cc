@@ -176,13 +176,10 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
               milliseconds(20'000)),
       old_server->output());
   const size_t renewals = CountOccurrences(old_server->output(), kLeaseRenewedLine);
-  REQUIRE_MESSAGE(WaitFor(
-                      [&] {
-                        return CountOccurrences(old_server->output(), kLeaseRenewedLine) >
-                               renewals;
-                      },
-                      patience),
-                  old_server->output());
+  REQUIRE_MESSAGE(
+      WaitFor([&] { return CountOccurrences(old_server->output(), kLeaseRenewedLine) > renewals; },
+              patience),
+      old_server->output());
   std::this_thread::sleep_for(absl::ToChronoMilliseconds(options.cut_after_renewal));
 
   setup.node.Cut();
@@ -190,9 +187,9 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   // The replacement starts at once, as a controller that saw the node go
   // would start it; it waits for the serving lease itself.
   std::vector<std::string> new_flags = volume;
-  new_flags.insert(new_flags.end(), {"--epoch", std::to_string(options.old_epoch + 1),
-                                     "--lease-etcd", absl::StrJoin(setup.cluster.endpoints(), ","),
-                                     "--lease-ttl", options.ttl});
+  new_flags.insert(new_flags.end(),
+                   {"--epoch", std::to_string(options.old_epoch + 1), "--lease-etcd",
+                    absl::StrJoin(setup.cluster.endpoints(), ","), "--lease-ttl", options.ttl});
   auto new_server =
       RequireOk(DaemonProcess::Start({.extra_flags = new_flags, .wait_until_serving = false}));
   OverlapWatch overlap(old_server->export_dir(), new_server->export_dir());
@@ -219,8 +216,8 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   run.acks = client.acks();
 
   // Every acknowledged record, read back through the new server.
-  auto reader = RequireOk(
-      NfsClient::Connect("127.0.0.1", new_server->nfs_port(), new_server->pseudo_path()));
+  auto reader =
+      RequireOk(NfsClient::Connect("127.0.0.1", new_server->nfs_port(), new_server->pseudo_path()));
   for (const auto& ack : run.acks) {
     const std::string name = RecordName(ack.number);
     const auto read = reader->ReadFile("/" + name);
@@ -242,8 +239,8 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   run.old_valid_until = LoggedValidUntil(run.old_log);
   run.old_fenced = LoggedAt(run.old_log, "-> FAILED: lease lost");
   run.old_unmounted = LoggedAt(run.old_log, "unmounted " + old_server->export_dir());
-  run.new_taken = LoggedAt(run.new_log, absl::StrCat("serving lease of epoch ",
-                                                     options.old_epoch + 1, " taken"));
+  run.new_taken = LoggedAt(
+      run.new_log, absl::StrCat("serving lease of epoch ", options.old_epoch + 1, " taken"));
   run.new_mounted = LoggedAt(run.new_log, "mounted " + setup.volume.path());
   run.new_serving = LoggedAt(run.new_log, "-> SERVING");
   return run;
