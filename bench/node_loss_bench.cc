@@ -41,6 +41,7 @@ void Record(bench::Series& series, absl::Time from, std::optional<absl::Time> to
 // What a run broke of the safety properties the node loss test checks.
 std::string Violations(const NodeLossRun& run) {
   std::string out;
+  if (!run.new_served) absl::StrAppend(&out, " the new one never served;");
   if (!run.old_fenced || !run.new_taken || *run.old_fenced >= *run.new_taken) {
     absl::StrAppend(&out, " old not fenced before the new took the lease;");
   }

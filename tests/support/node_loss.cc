@@ -195,11 +195,10 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   OverlapWatch overlap(old_server->export_dir(), new_server->export_dir());
   client.AddServer(kNew, *new_server);
 
-  const auto serving = new_server->WaitServing(patience);
-  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString(), "\nnew:\n", new_server->output(),
-                  "\nold:\n", old_server->output());
-  REQUIRE_MESSAGE(WaitFor([&] { return client.AckCount(kNew) >= 5; }, patience),
-                  new_server->output());
+  // Not REQUIREd: a replacement kept out (by an old one that never fenced,
+  // still holding the device) is for the caller to report with the rest.
+  run.new_served = new_server->WaitServing(patience).ok() &&
+                   WaitFor([&] { return client.AckCount(kNew) >= 5; }, patience);
   run.old_mounted_when_new_served = overlap.Stop();
 
   setup.node.Heal();
@@ -216,17 +215,17 @@ NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& optio
   run.acks = client.acks();
 
   // Every acknowledged record, read back through the new server.
-  auto reader =
-      RequireOk(NfsClient::Connect("127.0.0.1", new_server->nfs_port(), new_server->pseudo_path()));
-  for (const auto& ack : run.acks) {
+  auto reader = NfsClient::Connect("127.0.0.1", new_server->nfs_port(), new_server->pseudo_path());
+  if (!reader.ok()) run.lost.push_back("none read: " + reader.status().ToString());
+  for (const auto& ack : reader.ok() ? run.acks : std::vector<NodeLossRun::Ack>{}) {
     const std::string name = RecordName(ack.number);
-    const auto read = reader->ReadFile("/" + name);
+    const auto read = (*reader)->ReadFile("/" + name);
     if (!read.ok() || *read != name) {
       run.lost.push_back(
           absl::StrCat(name, ": ", read.ok() ? *read : std::string(read.status().message())));
     }
   }
-  reader.reset();
+  reader = absl::UnavailableError("done");  // disconnected
 
   if (options.wait_old_exit) {
     if (const auto code = old_server->WaitExit(patience); code.ok()) run.old_exit_code = *code;

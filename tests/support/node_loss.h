@@ -61,6 +61,8 @@ struct NodeLossRun {
   std::vector<std::string> lost;
 
   absl::Time cut, healed;
+  // The new one reached SERVING and acknowledged writes.
+  bool new_served = false;
   // From the old one's log: the last valid_until its renewals gave, its fence
   // ("-> FAILED: lease lost"), its unmount of the volume.
   std::optional<absl::Time> old_valid_until, old_fenced, old_unmounted;
@@ -86,8 +88,8 @@ struct NodeLossRun {
   int AcksAfter(int server, absl::Time t) const;
 };
 
-// Runs the scenario once; REQUIREs what it cannot go on without (servers
-// starting, the new one serving). Every process it starts is gone when it
+// Runs the scenario once; REQUIREs what it cannot go on without (the old
+// one serving before the cut). Every process it starts is gone when it
 // returns; the volume is left unmounted.
 NodeLossRun RunNodeLoss(const NodeLossSetup& setup, const NodeLossOptions& options);
 
