@@ -21,6 +21,7 @@
 #include "sharemgr/exit_codes.h"
 #include "supervisor/nfs_null_probe.h"
 #include "tests/support/count_occurrences.h"
+#include "tests/support/daemon_log.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/etcd_keys.h"
@@ -40,6 +41,8 @@ using testing_support::EtcdCluster;
 using testing_support::EtcdGet;
 using testing_support::HoldsFor;
 using testing_support::KillPid;
+using testing_support::LoggedAt;
+using testing_support::LoggedValidUntil;
 using testing_support::LoopDevice;
 using testing_support::MakeLoop;
 using testing_support::ProcessesMentioning;
@@ -85,9 +88,7 @@ struct Fixture {
   }
 };
 
-// The keeper's debug line for each confirmed renewal: "serving lease renewed
-// (answered in 3ms); valid 3.19s more".
-constexpr char kRenewed[] = "serving lease renewed";
+constexpr const char* kRenewed = testing_support::kLeaseRenewedLine;
 
 // Waits for `text` to appear in the daemon's log.
 bool WaitForLine(const DaemonProcess& d, const std::string& text) {
@@ -110,45 +111,6 @@ int64_t RemainingTtl(etcd::EtcdClient& client, int64_t lease) {
 
 bool NfsAnswers(const DaemonProcess& d) {
   return supervisor::ProbeNfsNull("127.0.0.1", d.nfs_port(), base::Duration(500)).ok();
-}
-
-// The wall-clock time of the first line of `log` containing `text` (the
-// daemon's timestamps, e.g. "2026-11-30T20:35:07.308+00:00 info ..."), or
-// nullopt.
-std::optional<absl::Time> LoggedAt(const std::string& log, const std::string& text) {
-  const auto at = log.find(text);
-  if (at == std::string::npos) return std::nullopt;
-  const auto line_start = log.rfind('\n', at);
-  const std::string line = log.substr(line_start == std::string::npos ? 0 : line_start + 1);
-  absl::Time t;
-  std::string error;
-  if (!absl::ParseTime("%Y-%m-%dT%H:%M:%E3S%Ez", line.substr(0, line.find(' ')), &t, &error)) {
-    return std::nullopt;
-  }
-  return t;
-}
-
-// The latest valid_until the log tells of, on the wall clock: each renewal
-// line's time plus the validity it says is left. (The time is taken when the
-// line is written, just after the answer: a bound on the late side.)
-std::optional<absl::Time> LoggedValidUntil(const std::string& log) {
-  std::optional<absl::Time> latest;
-  for (auto at = log.find(kRenewed); at != std::string::npos; at = log.find(kRenewed, at + 1)) {
-    const auto line_start = log.rfind('\n', at);
-    const auto line_end = log.find('\n', at);
-    const std::string line =
-        log.substr(line_start == std::string::npos ? 0 : line_start + 1,
-                   line_end == std::string::npos ? std::string::npos : line_end - line_start - 1);
-    const auto valid = line.find("; valid ");
-    const auto more = line.find(" more", valid);
-    const auto written = LoggedAt(line, kRenewed);
-    if (valid == std::string::npos || more == std::string::npos || !written) continue;
-    const auto left = base::ParseDuration(line.substr(valid + 8, more - valid - 8));
-    if (!left.ok()) continue;
-    const absl::Time until = *written + absl::FromChrono(*left);
-    if (!latest || until > *latest) latest = until;
-  }
-  return latest;
 }
 
 // Writes a new file through NFS again and again (a fresh connection each

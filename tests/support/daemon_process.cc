@@ -63,8 +63,9 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   d->state_dir_ = d->dir_ + "/state";
   d->volume_ = spec.volume;
   d->nfs_port_ = base::FreeLoopbackPort();
-  d->addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
-  d->health_addr_ = absl::StrCat("127.0.0.1:", base::FreeLoopbackPort());
+  d->address_ = spec.address;
+  d->addr_ = absl::StrCat(d->address_, ":", base::FreeLoopbackPort());
+  d->health_addr_ = absl::StrCat(d->address_, ":", base::FreeLoopbackPort());
   std::vector<std::string> argv = spec.wrapper;
   argv.push_back(ShareManagerBinary());
   argv.insert(argv.end(), spec.global_flags.begin(), spec.global_flags.end());
@@ -75,7 +76,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonSpec s
   }
   argv.insert(argv.end(),
               {"--volume",         spec.volume, "--state-dir",    d->state_dir_,
-               "--nfs-address",    "127.0.0.1", "--nfs-port",     std::to_string(d->nfs_port_),
+               "--nfs-address",    d->address_, "--nfs-port",     std::to_string(d->nfs_port_),
                "--listen",         d->addr_,    "--grace-period", "2",
                "--lease-lifetime", "2",         "--stop-timeout", "3s",
                "--failed-linger",  "1s",        "--log-level",    "debug"});
@@ -237,7 +238,7 @@ absl::Status DaemonProcess::WriteEventually(const std::string& path, const std::
   const auto deadline = Clock::now() + timeout;
   absl::Status last;
   do {
-    last = WriteOnce("127.0.0.1", nfs_port_, pseudo_path(), path, data, milliseconds(2000));
+    last = WriteOnce(address_, nfs_port_, pseudo_path(), path, data, milliseconds(2000));
     if (last.ok()) return last;
     std::this_thread::sleep_for(milliseconds(50));
   } while (Clock::now() < deadline);
@@ -249,7 +250,7 @@ absl::StatusOr<std::string> DaemonProcess::ReadEventually(const std::string& pat
   const auto deadline = Clock::now() + timeout;
   absl::StatusOr<std::string> last;
   do {
-    last = ReadOnce("127.0.0.1", nfs_port_, pseudo_path(), path, milliseconds(2000));
+    last = ReadOnce(address_, nfs_port_, pseudo_path(), path, milliseconds(2000));
     if (last.ok()) return last;
     std::this_thread::sleep_for(milliseconds(50));
   } while (Clock::now() < deadline);

@@ -54,6 +54,9 @@ struct DaemonSpec {
   std::vector<std::string> global_flags;
   // Runs the daemon under this command, e.g. {"setpriv", "--bounding-set=-sys_resource", "--"}.
   std::vector<std::string> wrapper;
+  // The address NFS, gRPC and health listen on, and the helpers here call:
+  // a test network namespace's own (with `wrapper` entering it) instead of loopback.
+  std::string address = "127.0.0.1";
 };
 
 class DaemonProcess {
@@ -64,6 +67,8 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
   const std::string& addr() const { return addr_; }
+  // The address its servers listen on (DaemonSpec::address).
+  const std::string& address() const { return address_; }
   // The plaintext health-only port (--health-listen; extra_flags may override it).
   const std::string& health_addr() const { return health_addr_; }
   uint16_t nfs_port() const { return nfs_port_; }
@@ -110,7 +115,7 @@ class DaemonProcess {
   void KillLeftovers();
   bool UnmountLeftovers();
 
-  std::string dir_, export_dir_, state_dir_, addr_, health_addr_, volume_;
+  std::string dir_, export_dir_, state_dir_, address_, addr_, health_addr_, volume_;
   uint16_t nfs_port_ = 0;
   std::optional<supervisor::ChildProcess> child_;
   std::optional<int> exit_code_;

@@ -26,8 +26,8 @@ constexpr std::chrono::seconds kHealthyWithin{30};
 // What etcd logs once it serves clients ("...insecurely" or "...securely").
 constexpr char kServing[] = "serving client traffic";
 
-std::string ClientUrl(bool tls, uint16_t port) {
-  return absl::StrCat(tls ? "https" : "http", "://127.0.0.1:", port);
+std::string ClientUrl(bool tls, uint16_t port, const std::string& address = "127.0.0.1") {
+  return absl::StrCat(tls ? "https" : "http", "://", address, ":", port);
 }
 
 std::string PeerUrl(uint16_t port) { return absl::StrCat("http://127.0.0.1:", port); }
@@ -87,6 +87,15 @@ std::vector<std::string> EtcdCluster::endpoints() const {
   return out;
 }
 
+std::vector<std::string> EtcdCluster::endpoints_on_also_listen() const {
+  REQUIRE_MESSAGE(!options_.also_listen_on.empty(), "the cluster listens on loopback only");
+  std::vector<std::string> out;
+  for (const Member& m : members_) {
+    out.push_back(absl::StrCat(options_.also_listen_on, ":", m.client_port));
+  }
+  return out;
+}
+
 pid_t EtcdCluster::pid(int member) const {
   const auto& process = members_[static_cast<size_t>(member)].process;
   return process ? process->pid() : 0;
@@ -95,6 +104,10 @@ pid_t EtcdCluster::pid(int member) const {
 void EtcdCluster::Start(int member) {
   const Member& m = members_[static_cast<size_t>(member)];
   const bool tls = options_.server_tls.has_value();
+  std::string listen = ClientUrl(tls, m.client_port);
+  if (!options_.also_listen_on.empty()) {
+    absl::StrAppend(&listen, ",", ClientUrl(tls, m.client_port, options_.also_listen_on));
+  }
   // etcd logs a lot: into a file through the shell (exec: the pid is etcd's),
   // not into a pipe nobody drains while the test runs.
   std::vector<std::string> argv = {"sh",
@@ -107,7 +120,7 @@ void EtcdCluster::Start(int member) {
                                    "--data-dir",
                                    m.dir,
                                    "--listen-client-urls",
-                                   ClientUrl(tls, m.client_port),
+                                   listen,
                                    "--advertise-client-urls",
                                    ClientUrl(tls, m.client_port),
                                    "--listen-peer-urls",

@@ -31,6 +31,9 @@ class EtcdCluster {
     // How the cluster checks its members' health (with server_tls: a client
     // certificate its CA signed).
     base::ClientSecurity client_security;
+    // Clients may also reach every member on this address (e.g. a test network
+    // namespace's host end, for a share-manager inside it), on the same port.
+    std::string also_listen_on;
   };
 
   EtcdCluster() : EtcdCluster(Options{}) {}
@@ -43,6 +46,8 @@ class EtcdCluster {
   // "127.0.0.1:PORT", the member's client address.
   std::string endpoint(int member) const;
   std::vector<std::string> endpoints() const;
+  // "ADDRESS:PORT" of every member on Options::also_listen_on.
+  std::vector<std::string> endpoints_on_also_listen() const;
   // 0 when the member is not running.
   pid_t pid(int member) const;
 

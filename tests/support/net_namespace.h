@@ -27,7 +27,8 @@ class NetNamespace {
     host_if_ = "smh" + tag;
     host_address_ = absl::StrCat("10.213.", n % 64, ".1");
     address_ = absl::StrCat("10.213.", n % 64, ".2");
-    const std::string peer = "smn" + tag;
+    peer_ = "smn" + tag;
+    const std::string& peer = peer_;
     for (const auto& argv : std::vector<std::vector<std::string>>{
              {"ip", "netns", "add", name_},
              {"ip", "link", "add", host_if_, "type", "veth", "peer", "name", peer},
@@ -54,6 +55,20 @@ class NetNamespace {
   const std::string& address() const { return address_; }
   const std::string& host_address() const { return host_address_; }
 
+  // What runs a program inside the namespace's network only (a DaemonSpec's
+  // wrapper): unlike `ip netns exec`, it keeps the host's mount namespace, so
+  // what the program mounts is seen (and cleaned up) by the test.
+  std::vector<std::string> NetworkOnlyWrapper() const {
+    return {"nsenter", "--net=" + path(), "--"};
+  }
+  // What setns(2) opens to move a thread in.
+  std::string path() const { return "/var/run/netns/" + name_; }
+
+  // Cuts the namespace off (its end of the veth pair down: nothing in or
+  // out but its loopback), and heals it again.
+  void Cut() const { SetPeerLink("down"); }
+  void Heal() const { SetPeerLink("up"); }
+
   // Runs `argv` inside the namespace.
   supervisor::ProgramResult Run(std::vector<std::string> argv) const {
     argv.insert(argv.begin(), {"ip", "netns", "exec", name_});
@@ -61,7 +76,12 @@ class NetNamespace {
   }
 
  private:
-  std::string name_, host_if_, host_address_, address_;
+  void SetPeerLink(const std::string& state) const {
+    const auto result = RunCommand({"ip", "-n", name_, "link", "set", peer_, state});
+    REQUIRE_MESSAGE(result.exit_code == 0, "ip link set ", peer_, " ", state, ": ", result.output);
+  }
+
+  std::string name_, host_if_, peer_, host_address_, address_;
 };
 
 }  // namespace testing_support
