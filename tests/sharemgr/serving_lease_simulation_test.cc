@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "controller/etcd_election.h"
+#include "controller/etcd_store.h"
 #include "controller/leader_election.h"
 #include "controller/serving_lease_start_rule.h"
 #include "sharemgr/serving_lease.h"
@@ -49,9 +50,15 @@ constexpr Micros kMs = 1000;
 constexpr Micros kSec = 1000 * kMs;
 // SIGKILL of ganesha and the export's withdrawal, after the fence timer fires.
 constexpr Micros kStopTime = 100 * kMs;
+// A pod Create or Delete the leader decided on, checking LeadingAt right
+// before, takes effect up to this long after.
+constexpr Micros kActionTime = 100 * kMs;
+// How late a follower's model of a watch may learn that the leader's key went.
+constexpr Micros kWatchSlice = 20 * kMs;
 // The controllers' key prefix P; the one volume.
 constexpr char kPrefix[] = "/sim";
 constexpr char kVolume[] = "vol";
+constexpr char kRecordKey[] = "/sim/shares/vol";
 
 // Spans of true time, [from, to).
 using Windows = std::vector<std::pair<Micros, Micros>>;
@@ -143,20 +150,57 @@ struct EtcdModel {
     }
     return now;
   }
+  // One EQUAL compare of a Txn on the keys modelled (P/leader is created
+  // once and never modified: its mod revision is its create revision).
+  bool Holds(const etcdserverpb::Compare& compare) const {
+    int64_t create = 0, mod = 0;
+    if (compare.key() == controller::LeaderKey(kPrefix) && leader) {
+      create = mod = leader->create_revision;
+    } else if (compare.key() == kRecordKey) {
+      create = 1;
+      mod = record_revision;
+    }
+    if (compare.result() != etcdserverpb::Compare::EQUAL) return false;  // not used
+    switch (compare.target()) {
+      case etcdserverpb::Compare::CREATE:
+        return create == compare.create_revision();
+      case etcdserverpb::Compare::MOD:
+        return mod == compare.mod_revision();
+      default:
+        return false;  // not used
+    }
+  }
   int64_t Grant(Micros ttl) {
     leases[next_lease] = {now + ttl, ttl};
     return next_lease++;
   }
 
-  // EtcdStore::Update of the record to `epoch` with the leader's write guard
-  // (one Txn: the guard's compare, then the record's mod revision).
+  // EtcdStore::Update of the record to `epoch` with the leader's write guard:
+  // one Txn, the record's mod revision compared and the guard's compare
+  // (the real AddGuardCompare) added, applied as etcd applies a Txn.
   enum class Written { kDone, kConflict, kNotLeader };
   Written Update(const controller::WriteGuard& guard, int64_t read_revision, uint64_t epoch) {
-    const bool ours = leader && guard.key == controller::LeaderKey(kPrefix);
-    const int64_t held = !ours ? 0 : leader->create_revision;  // P/leader is only ever created
-    if (held != guard.revision) return Written::kNotLeader;
-    if (read_revision != record_revision) return Written::kConflict;
-    // Landed: it must be the newest term's (a deposed leader's write is refused).
+    etcdserverpb::TxnRequest txn;
+    auto& same = *txn.add_compare();
+    same.set_key(kRecordKey);
+    same.set_target(etcdserverpb::Compare::MOD);
+    same.set_mod_revision(read_revision);
+    controller::AddGuardCompare(txn, guard);
+    bool succeeded = true;
+    for (const auto& compare : txn.compare()) succeeded = succeeded && Holds(compare);
+    if (!succeeded) {
+      // As EtcdStore: the guard's key read on failure tells "not leader".
+      const bool guard_holds = leader && guard.key == controller::LeaderKey(kPrefix) &&
+                               leader->create_revision == guard.revision;
+      return guard_holds ? Written::kConflict : Written::kNotLeader;
+    }
+    // Landed: only with its writer's fencing token valid here and now (its
+    // term's key still there) and its term the newest: a deposed leader's
+    // write is refused by the guard's compare.
+    REQUIRE_MESSAGE(leader.has_value(), "a write of term ", guard.revision,
+                    " landed with no leader's key in etcd");
+    REQUIRE_MESSAGE(leader->create_revision == guard.revision, "a write of term ", guard.revision,
+                    " landed while term ", leader->create_revision, " holds the key");
     REQUIRE_MESSAGE(guard.revision == newest_term, "a write of term ", guard.revision,
                     " landed after term ", newest_term, " was won");
     record_epoch = epoch;
@@ -547,10 +591,16 @@ class SimElectionBackend final : public controller::ElectionBackend {
     }
     return campaign;
   }
+  // A watch tells of the key's end as it happens: modelled as a look every
+  // kWatchSlice (a follower never learns it much later than a real one
+  // would, so a leader acting too long is caught).
   absl::StatusOr<bool> WaitVacant(TimePoint deadline) override {
     auto vacant = wire_.Call<bool>(
         deadline, [&] { return !etcd_.leader && etcd_.leases.count(leader_lease_) == 0; });
-    if (vacant.ok() && !*vacant) wire_.WaitOut(deadline);
+    if (vacant.ok() && !*vacant) {
+      wire_.WaitOut(
+          std::min(deadline, clock_.Now() + std::chrono::milliseconds(kWatchSlice / kMs)));
+    }
     return vacant;
   }
   absl::StatusOr<etcd::LeaseRenewal> KeepAlive(TimePoint deadline) override {
@@ -616,9 +666,13 @@ struct Replica {
   }
 
   bool Frozen(Micros t) const { return InAnyWindow(freezes, t); }
-  // Acting at true time t: the real LeadingAt on its own clock, not frozen.
+  // Acting at true time t: the real LeadingAt on its own clock held at t,
+  // or up to kActionTime before (an action it began then still takes
+  // effect), and not frozen.
   bool ActingAt(Micros t) const {
-    return !deposed && !Frozen(t) && election.LeadingAt(clock.LocalAt(t));
+    return !deposed && !Frozen(t) &&
+           (election.LeadingAt(clock.LocalAt(t)) ||
+            election.LeadingAt(clock.LocalAt(t - kActionTime)));
   }
 
   Link link;
@@ -691,7 +745,7 @@ void Reconcile(Replica& r, Volume& volume, Outcome& outcome) {
     r.deposed = true;
     return;
   }
-  if (!r.ActingAt(r.clock.at())) {  // LeaderGatedRuntime refuses the Create
+  if (!r.election.LeadingAt(r.clock.Now())) {  // LeaderGatedRuntime refuses the Create
     r.deposed = true;
     return;
   }
@@ -793,7 +847,7 @@ Outcome RunElectionSeed(uint64_t seed) {
                                                 : std::max(r.clock.TrueAt(next), r.clock.at());
     }
     r.next_step = r.election_due;
-    if (r.ActingAt(r.clock.at())) {
+    if (!r.deposed && r.election.LeadingAt(r.clock.Now())) {
       r.next_step = std::min(r.election_due, r.clock.at() + 200 * kMs);  // the resync
       Reconcile(r, volume, outcome);
       r.next_step = std::max(r.next_step, r.clock.at());
