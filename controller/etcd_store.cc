@@ -111,6 +111,12 @@ absl::StatusOr<std::vector<ShareRecord>> EtcdStore::List() {
   return records;
 }
 
+void AddGuardCompare(TxnRequest& txn, const WriteGuard& guard) {
+  const auto target =
+      guard.field == WriteGuard::Field::kCreateRevision ? Compare::CREATE : Compare::MOD;
+  *txn.add_compare() = KeyCompare(guard.key, target, guard.revision);
+}
+
 absl::StatusOr<etcdserverpb::TxnResponse> EtcdStore::GuardedTxn(TxnRequest txn) {
   std::optional<WriteGuard> guard;
   {
@@ -120,7 +126,7 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdStore::GuardedTxn(TxnRequest txn) 
   if (!guard) return client_->Txn(txn);
   const auto target =
       guard->field == WriteGuard::Field::kCreateRevision ? Compare::CREATE : Compare::MOD;
-  *txn.add_compare() = KeyCompare(guard->key, target, guard->revision);
+  AddGuardCompare(txn, *guard);
   // The guard key's read first among the failure's, at a known place.
   google::protobuf::RepeatedPtrField<etcdserverpb::RequestOp> failure;
   AddRead(failure, guard->key);

@@ -34,6 +34,11 @@ struct WriteGuard {
   int64_t revision = 0;
 };
 
+// Adds the guard's compare to a write's Txn: it succeeds only while the
+// guard holds. (EtcdStore's every write; the lease simulation's model of
+// etcd applies the same compares.)
+void AddGuardCompare(etcdserverpb::TxnRequest& txn, const WriteGuard& guard);
+
 // The write was refused because its WriteGuard no longer holds.
 inline bool IsNotLeader(const absl::Status& status) {
   return status.code() == absl::StatusCode::kFailedPrecondition;

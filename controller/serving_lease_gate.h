@@ -2,28 +2,21 @@
 // share-managers run with the serving lease (--lease-etcd), a new pod of a
 // volume starts only once the previous holder's lease key P/leases/<volume>
 // is gone in etcd and the drift margin has passed since this controller saw
-// it gone:
-//
-//   the old share-manager stops serving by its clock at s + TTL - m (+ its
-//   stop time); etcd expires its lease no earlier than r + TTL, r >= s, on
-//   its clock; with clock rates off by rho each, waiting
-//   d >= 2 * rho * TTL + stop_time - m after seeing the key gone never
-//   overlaps (the default, max(500 ms, TTL/50), covers rho = 1 % alone).
+// it gone (the rule and its formula: controller/serving_lease_start_rule.h).
 //
 // A wrapper of the runtime: its CheckStart reads both keys (one Txn); Create,
 // Delete, List and Watch go straight through. The volume's first pod ever
 // (P/epochs/<volume> absent) starts at once.
 #pragma once
 
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "controller/pod_runtime.h"
+#include "controller/serving_lease_start_rule.h"
 #include "etcd/client.h"
 
 namespace controller {
@@ -41,10 +34,7 @@ class ServingLeaseGate final : public PodRuntime {
   ServingLeaseGate(PodRuntime& runtime, std::shared_ptr<etcd::EtcdClient> client,
                    ServingLeaseGateOptions options, const base::TimeSource& clock);
 
-  // Ready when no lease key is held for the volume and either no epoch was
-  // ever recorded or the drift margin has passed since the key was first
-  // seen gone by the checks for this pod (a restart, or a new replacement,
-  // waits the margin again).
+  // ServingLeaseStartRule::Check on what etcd holds now.
   absl::StatusOr<StartCheck> CheckStart(const sharemanager::controller::v1::ShareSpec& spec,
                                         uint64_t epoch) override;
   absl::StatusOr<Pod> Create(const sharemanager::controller::v1::ShareSpec& spec,
@@ -63,8 +53,7 @@ class ServingLeaseGate final : public PodRuntime {
   const ServingLeaseGateOptions options_;
   const base::TimeSource& clock_;
   absl::Mutex mu_;
-  // By volume: when its lease key was first seen gone (monotonic).
-  std::map<std::string, base::TimePoint> seen_gone_ ABSL_GUARDED_BY(mu_);
+  ServingLeaseStartRule rule_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace controller

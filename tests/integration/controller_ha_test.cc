@@ -7,10 +7,13 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -232,6 +235,56 @@ void CheckStillServing(Ha& ha, const Serving& before, milliseconds window) {
             .ok());
 }
 
+// Every share-manager daemon serving the volume's export dir (a pod, however
+// it was started): pid -> its --epoch. A scan of /proc, so a pod started
+// behind the runtime's back (no record) is seen too.
+std::map<pid_t, std::string> PodDaemons(const Ha& ha) {
+  const std::string export_dir = ha.work + "/" + kVolume + "/export";
+  std::map<pid_t, std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    const auto cmdline = base::ReadFile(entry.path().string() + "/cmdline");
+    if (!cmdline.ok()) continue;
+    if (base::CmdlineCarries(*cmdline, "--export-dir", export_dir) != base::CmdlineMatch::kYes) {
+      continue;
+    }
+    const std::vector<std::string> args = absl::StrSplit(*cmdline, '\0');
+    const auto epoch = std::find(args.begin(), args.end(), "--epoch");
+    found[pid] = epoch != args.end() && epoch + 1 != args.end() ? *(epoch + 1) : "?";
+  }
+  return found;
+}
+
+// The pod records in the work dir (names of <pod>.pod files).
+std::set<std::string> PodRecords(const Ha& ha) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(ha.work + "/" + kVolume + "/pods")) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// SIGSTOPs etcd members, and SIGCONTs them when told or when it goes, pass or
+// fail (before the cluster kills them in its turn).
+class FrozenMembers {
+ public:
+  FrozenMembers(const testing_support::EtcdCluster& etcd, std::vector<int> members) {
+    for (int m : members) {
+      pids_.push_back(etcd.pid(m));
+      REQUIRE(kill(pids_.back(), SIGSTOP) == 0);
+    }
+  }
+  ~FrozenMembers() { Thaw(); }
+  void Thaw() {
+    for (pid_t pid : pids_) kill(pid, SIGCONT);
+    pids_.clear();
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 }  // namespace
 
 TEST_CASE("HA share-controller: bad HA flags are refused before anything starts") {
@@ -388,6 +441,136 @@ TEST_CASE(
                   ha.Describe());
   CHECK(RequireOk(EtcdGet(*ha.look, kLeaseKey)).value().substr(0, 21) == "00000000000000000002 ");
   CHECK(ha.Leader() == "r0");  // one leader throughout
+}
+
+TEST_CASE(
+    "HA share-controller: etcd quorum lost (2 of 3 members SIGSTOPped): the leader stops acting "
+    "and exits 3, nothing is replaced, deleted or written: the share-manager serves until its own "
+    "lease runs out and fences itself. With the quorum back, a new leader replaces it under epoch "
+    "2 and every acknowledged write is there") {
+  Ha ha;
+  REQUIRE(ha.Leader() == "r0");
+  const Serving before = Snapshot(ha);
+  REQUIRE(before.epoch == 1);
+  const std::string old_log = ha.work + "/" + kVolume + "/" + before.pod + ".log";
+  const std::map<pid_t, std::string> daemons_before{{before.pid, "1"}};
+  REQUIRE(PodDaemons(ha) == daemons_before);
+  const std::set<std::string> records = PodRecords(ha);
+  const int64_t revision = EtcdRevision(*ha.look);
+  // What the member left alone has committed (a serializable read: it
+  // answers without a quorum).
+  const auto lone = RequireOk(etcd::EtcdClient::Create({.endpoints = {ha.etcd.endpoint(0)}}));
+  const auto lone_revision = [&]() -> int64_t {
+    etcdserverpb::RangeRequest request;
+    request.set_key("any");
+    request.set_serializable(true);
+    const auto got = lone->Range(request);
+    return got.ok() ? got->header().revision() : -1;
+  };
+  std::vector<std::string> acknowledged;
+  int written = 0;
+  const auto write = [&](uint16_t port) {
+    const std::string name = "/quorum-" + std::to_string(written++) + ".txt";
+    const bool ok = testing_support::WriteOnce("127.0.0.1", port, std::string("/") + kVolume, name,
+                                               name, milliseconds(1000))
+                        .ok();
+    if (ok) acknowledged.push_back(name);
+    return ok;
+  };
+  REQUIRE(write(before.nfs_port));
+
+  FrozenMembers frozen(ha.etcd, {1, 2});
+  const auto cut = Clock::now();
+  // The share-manager serves on its lease (at most TTL - fence margin after
+  // its last renewal) while no replica can do anything: no new pod, no
+  // record gone, nothing committed.
+  int acknowledged_after_cut = 0;
+  std::optional<Clock::time_point> refused;
+  const auto nobody_acts = [&] {
+    const auto daemons = PodDaemons(ha);
+    return PodRecords(ha) == records && lone_revision() == revision &&
+           std::all_of(daemons.begin(), daemons.end(),
+                       [&](const auto& d) { return d.first == before.pid; });
+  };
+  bool acted = false;
+  // Without a quorum the record cannot be read: what the work dir and /proc say.
+  const auto outage = [&] {
+    std::string out = "pod records:";
+    for (const auto& r : PodRecords(ha)) out += " " + r;
+    out += "\nshare-manager daemons:";
+    for (const auto& [pid, epoch] : PodDaemons(ha)) {
+      out += " " + std::to_string(pid) + " (epoch " + epoch + ")";
+    }
+    return out + "\nrevision on the lone member: " + std::to_string(lone_revision()) + ", was " +
+           std::to_string(revision);
+  };
+  WaitFor(
+      [&] {
+        acted = acted || !nobody_acts();
+        if (!write(before.nfs_port)) refused = Clock::now();
+        acknowledged_after_cut += refused ? 0 : 1;
+        return refused.has_value();
+      },
+      milliseconds(30'000));
+  REQUIRE_MESSAGE(refused.has_value(), "the share-manager still serves 30 s after the quorum went");
+  MESSAGE(acknowledged_after_cut << " NFS writes acknowledged after the quorum went; the first "
+                                 << "refused " << Ms(*refused - cut) << " ms after (pod lease TTL "
+                                 << kPodLeaseTtl.count() << " ms)");
+  CHECK(acknowledged_after_cut > 0);
+  CHECK_MESSAGE(!acted, outage());
+  // Fenced by its own lease, as README "Quorum loss" says: FAILED lease lost.
+  CHECK_MESSAGE(WaitFor(
+                    [&] {
+                      const auto log = base::ReadFile(old_log);
+                      return log.ok() && log->find("-> FAILED: lease lost: no renewal confirmed") !=
+                                             std::string::npos;
+                    },
+                    milliseconds(10'000)),
+                base::ReadFile(old_log).value_or("(no log)"));
+  // The leader stopped acting at its own valid_until and exited 3, leaving
+  // the pod; the followers wait.
+  auto& old_leader = *ha.replicas[0];
+  const auto exit = old_leader.WaitExit(milliseconds(10'000));
+  REQUIRE_MESSAGE(exit.has_value(), old_leader.output());
+  CHECK_MESSAGE(exit->ShellCode() == kExitNotLeader, old_leader.output());
+  CHECK_MESSAGE(old_leader.output().find("every pod left running") != std::string::npos,
+                old_leader.output());
+  // A whole pod lease TTL more without a quorum: still nobody acts, and the
+  // fenced share-manager never answers a write again.
+  CHECK_MESSAGE(HoldsFor(nobody_acts, kPodLeaseTtl), outage());
+  CHECK_FALSE(write(before.nfs_port));
+  for (int i = 1; i < 3; ++i) {
+    CHECK_MESSAGE(!ha.replicas[i]->WaitOutput("elected leader", milliseconds(1)),
+                  ha.replicas[i]->output());
+  }
+
+  frozen.Thaw();
+  const auto restored = Clock::now();
+  const int next = ha.AwaitNewLeader(restored, "(r0) exited and the quorum came back");
+  REQUIRE_MESSAGE(ha.replicas[next]->WaitOutput("controlling 1 share(s)", milliseconds(10'000)),
+                  ha.replicas[next]->output());
+  REQUIRE_MESSAGE(WaitFor(
+                      [&] {
+                        const auto st = ha.Status();
+                        return st.phase() == pb::RUNNING && st.epoch() == 2;
+                      },
+                      milliseconds(60'000)),
+                  ha.Describe());
+  MESSAGE("epoch 2 RUNNING " << Ms(Clock::now() - restored) << " ms after the quorum came back");
+  const Serving after = Snapshot(ha);
+  CHECK(after.pod == PodName(kVolume, 2));
+  CHECK(RequireOk(EtcdGet(*ha.look, kLeaseKey)).value().substr(0, 21) == "00000000000000000002 ");
+  CHECK(!base::ProcessAlive(before.pid, before.start_ticks));
+  CHECK(PodDaemons(ha) == std::map<pid_t, std::string>{{after.pid, "2"}});
+  // Served again once its NFS grace period (2 s here) is over.
+  REQUIRE(WaitFor([&] { return write(after.nfs_port); }, milliseconds(15'000)));
+  // Every write either server acknowledged is there, whole.
+  for (const auto& name : acknowledged) {
+    const auto read =
+        testing_support::ReadOnce("127.0.0.1", after.nfs_port, std::string("/") + kVolume, name);
+    CHECK_MESSAGE(read.ok(), name, ": ", read.status().ToString());
+    if (read.ok()) CHECK(*read == name);
+  }
 }
 
 }  // namespace controller
