@@ -220,14 +220,10 @@ int main(int argc, char** argv) {
                    "leader that started them\n";
       return 2;
     }
-    // A leader that stops hands its pods to the next one. Deleting them at
-    // exit would not be gated on the leadership, which may have lapsed then.
-    if (app.count("--stop-pods-on-exit") > 0 && stop_pods_on_exit) {
-      std::cerr << "share-controller: --stop-pods-on-exit=true and --store etcd://: a leader "
-                   "hands its pods to the next one (delete a share to stop its pod)\n";
-      return 2;
-    }
-    stop_pods_on_exit = false;
+    // A leader that stops hands its pods to the next one, unless told
+    // otherwise (one replica, tests): those deletes at exit are not gated on
+    // the leadership (README, Highly available share-controller).
+    if (app.count("--stop-pods-on-exit") == 0) stop_pods_on_exit = false;
   } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
     return 2;

@@ -305,13 +305,6 @@ TEST_CASE("HA share-controller: bad HA flags are refused before anything starts"
   std::tie(code, output) = run({"--store", "etcd://127.0.0.1:1/p", "--ephemeral-pods"});
   CHECK(code == 2);
   CHECK_MESSAGE(output.find("pods must outlive the leader") != std::string::npos, output);
-  std::tie(code, output) = run({"--store", "etcd://127.0.0.1:1/p", "--stop-pods-on-exit=true"});
-  CHECK(code == 2);
-  CHECK_MESSAGE(output.find("hands its pods to the next one") != std::string::npos, output);
-  std::tie(code, output) = run(
-      {"--store", "etcd://127.0.0.1:1/p", "--stop-pods-on-exit=false", "--leader-ttl", "1500ms"});
-  CHECK(code == 2);  // an explicit false is fine: the next flag is what is refused
-  CHECK_MESSAGE(output.find("--leader-ttl must be whole seconds") != std::string::npos, output);
   CHECK(!std::filesystem::exists(dir.path() + "/work"));
 }
 
