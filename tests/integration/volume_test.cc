@@ -165,7 +165,13 @@ TEST_CASE("volume 2c. a read-only remount is seen through the mountinfo event, n
   const auto seen = RemountReadOnlyUntilRepaired(*d, before, std::chrono::seconds(10));
   CHECK(seen.back().state() == v1::SERVING);
   CHECK(seen.back().remount_generation() == before + 1);
-  CHECK_MESSAGE(testing_support::CountOccurrences(d->output(), "is mounted read-only") >= 1,
+  // The log line reaches output() through a pipe: maybe after the status.
+  CHECK_MESSAGE(testing_support::WaitFor(
+                    [&] {
+                      return testing_support::CountOccurrences(d->output(),
+                                                               "is mounted read-only") >= 1;
+                    },
+                    std::chrono::seconds(5)),
                 d->output());
 }
 
