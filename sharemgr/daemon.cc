@@ -173,8 +173,18 @@ Daemon::Daemon(const DaemonConfig& config)
   if (config.volume) {
     volume_.emplace(*config.volume);
     // Device thread -> loop: every state or repair change is published there.
-    owner_.emplace(*volume_, config.volume_owner,
-                   [this] { loop_.Post([this] { PublishShare(); }); });
+    owner_.emplace(
+        *volume_, config.volume_owner, [this] { loop_.Post([this] { PublishShare(); }); },
+        // Asked on the device thread before every job that writes the device
+        // (prepare, Mount, trim, resize, repairs): nothing of the volume is
+        // touched under a lease that ended, even with the loop stalled.
+        // ValidAt is thread-safe, and lease_ is set in Run before any job is
+        // queued; the loop's lease_lost_ is not read here.
+        [this]() -> absl::Status {
+          if (!lease_ || lease_->ValidAt(lease_clock_.Now())) return absl::OkStatus();
+          return absl::FailedPreconditionError(
+              "the serving lease is no longer valid; the volume is not touched");
+        });
   }
 }
 
@@ -501,17 +511,11 @@ void Daemon::BeginServing() {
     // Signals are handled from here on: a SIGTERM during the device wait or
     // the start-up check stops it cleanly (the check gets SIGTERM, never SIGKILL).
     sup_->Hold("preparing the volume");
-    owner_->Prepare(
-        [this](absl::Status status) {
-          loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
-        },
-        // Checked again on the device thread, when the prepare is about to
-        // start: nothing of the volume is touched under a lease that ended.
-        [this]() -> absl::Status {
-          if (!lease_ || lease_->ValidAt(lease_clock_.Now())) return absl::OkStatus();
-          return absl::FailedPreconditionError(
-              "the serving lease is no longer valid; the volume is not touched");
-        });
+    // The lease is checked again on the device thread when the prepare is
+    // about to start (the owner's MayTouch).
+    owner_->Prepare([this](absl::Status status) {
+      loop_.Post([this, status = std::move(status)] { OnVolumePrepared(status); });
+    });
   } else {
     StartGanesha();
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -30,11 +32,26 @@ std::string HolderOf(const std::string& value) {
   return value.size() > 21 ? value.substr(21) : std::string("?");
 }
 
-Compare ValueLess(const std::string& key, const std::string& value) {
+// The etcd lease an epoch record names ("<20 digits> <lease, hex>"), or
+// nullopt for a record written before it named one (or unreadable).
+std::optional<int64_t> RecordedLeaseOf(const std::string& value) {
+  uint64_t lease = 0;
+  if (value.size() <= 21 || !absl::SimpleHexAtoi(value.substr(21), &lease) || lease == 0) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(lease);
+}
+
+// The epoch record of a holder on `lease`.
+std::string EpochRecord(uint64_t epoch, int64_t lease) {
+  return absl::StrCat(PaddedEpoch(epoch), " ", absl::Hex(lease));
+}
+
+Compare ValueIs(const std::string& key, const std::string& value) {
   Compare c;
   c.set_key(key);
   c.set_target(Compare::VALUE);
-  c.set_result(Compare::LESS);
+  c.set_result(Compare::EQUAL);
   c.set_value(value);
   return c;
 }
@@ -61,9 +78,17 @@ class EtcdLeaseBackend final : public LeaseBackend {
   std::chrono::system_clock::time_point WallDeadline(base::TimePoint deadline) const {
     return etcd::WallDeadline(clock_, deadline);
   }
+  // *earlier_record: the epoch record to replace when the first form failed
+  // on a lower epoch recorded with the key absent (then *try_value_form).
   absl::StatusOr<Attempt> Judge(const etcdserverpb::TxnResponse& response, int64_t lease,
-                                int64_t granted_ttl, base::TimePoint deadline,
-                                bool* try_value_form);
+                                int64_t granted_ttl, base::TimePoint deadline, bool* try_value_form,
+                                std::string* earlier_record);
+  // The key is absent and `record` names a lower epoch: its holder may still
+  // serve (its key deleted by hand, etcdctl del, while its etcd lease lives:
+  // it acts on until its next renewal reads the key). nullopt once that
+  // holder has stopped, else kHeldByOther (WaitReleased waits it out).
+  absl::StatusOr<std::optional<Attempt>> EarlierHolderLives(const std::string& record,
+                                                            int64_t ttl_seconds);
   // The key is on the lease of an earlier attempt whose transaction failed
   // on our side but landed in etcd: ours, once a keep-alive sent now renews it.
   absl::StatusOr<Attempt> Adopt(int64_t unsettled, int64_t fresh, base::TimePoint deadline);
@@ -86,6 +111,12 @@ class EtcdLeaseBackend final : public LeaseBackend {
   // The lease of the older holder we wait out (etcd::WaitHolderGone: its
   // key deleted is not enough).
   int64_t awaited_lease_ = 0;
+  // An epoch record naming no lease (written before records named one): its
+  // holder cannot be asked about, so it is waited out for a whole TTL from
+  // when its key was first seen absent (any renewal it sends later reads the
+  // key gone: etcd::KeepAliveHoldingKey), then the keeper's drift margin.
+  std::string unknown_holder_record_;
+  base::TimePoint unknown_holder_until_{};
 };
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
@@ -106,12 +137,17 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
   // etcd compares are ANDed: one transaction for "no epoch recorded yet",
   // one for "the recorded epoch is lower" (a VALUE compare on a missing key
   // is false).
+  // The value form replaces only the record judged (a lower epoch whose
+  // holder has stopped): any change since fails it.
+  std::string earlier_record;
   for (const bool value_form : {false, true}) {
     etcdserverpb::TxnRequest txn;
     *txn.add_compare() = etcd::CreateRevisionIs(lease_key_, 0);
-    *txn.add_compare() = value_form ? ValueLess(epoch_key_, PaddedEpoch(epoch_))
-                                    : etcd::CreateRevisionIs(epoch_key_, 0);
-    etcd::SetPut(*txn.add_success(), epoch_key_, PaddedEpoch(epoch_));
+    *txn.add_compare() =
+        value_form ? ValueIs(epoch_key_, earlier_record) : etcd::CreateRevisionIs(epoch_key_, 0);
+    // The record names our etcd lease: a later epoch finding our key gone
+    // waits for that lease, not only the key (EarlierHolderLives).
+    etcd::SetPut(*txn.add_success(), epoch_key_, EpochRecord(epoch_, lease));
     etcd::SetPut(*txn.add_success(), lease_key_, value_, lease);
     txn.add_failure()->mutable_request_range()->set_key(lease_key_);
     txn.add_failure()->mutable_request_range()->set_key(epoch_key_);
@@ -121,11 +157,18 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
       return response.status();
     }
     bool try_value_form = false;
-    auto attempt = Judge(*response, lease, granted->ttl(), deadline, &try_value_form);
+    auto attempt =
+        Judge(*response, lease, granted->ttl(), deadline, &try_value_form, &earlier_record);
     if (try_value_form && !value_form) {
       if (auto late = past_deadline(); !late.ok()) {
         etcd::RevokeUnusedLease(*client_, lease);
         return late;
+      }
+      auto lives = EarlierHolderLives(earlier_record, ttl_seconds);
+      if (!lives.ok() || lives->has_value()) {
+        etcd::RevokeUnusedLease(*client_, lease);
+        if (!lives.ok()) return lives.status();
+        return **lives;
       }
       continue;
     }
@@ -139,7 +182,8 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::TryAcquire(int64_t ttl_seconds,
 
 absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse& response,
                                                 int64_t lease, int64_t granted_ttl,
-                                                base::TimePoint deadline, bool* try_value_form) {
+                                                base::TimePoint deadline, bool* try_value_form,
+                                                std::string* earlier_record) {
   if (response.succeeded()) return Taken(lease, granted_ttl);
   const mvccpb::KeyValue* holder = nullptr;
   const mvccpb::KeyValue* recorded = nullptr;
@@ -168,6 +212,7 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
   }
   if (holder != nullptr) {
     awaited_lease_ = holder->lease();
+    unknown_holder_record_.clear();  // WaitReleased watches this holder
     return Attempt{.outcome = Attempt::Outcome::kHeldByOther,
                    .other_epoch = EpochOf(holder->value()).value_or(0),
                    .other_holder = HolderOf(holder->value())};
@@ -175,8 +220,37 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Judge(const etcdserverpb::TxnResponse&
   // Neither held nor superseded: a lower epoch is recorded (the first form
   // failed on it), or the keys changed between the compare and now.
   *try_value_form = true;
+  *earlier_record = recorded != nullptr ? recorded->value() : std::string();
   return absl::UnavailableError(
       absl::StrCat("the keys of ", lease_key_, " changed while taking it; trying again"));
+}
+
+absl::StatusOr<std::optional<Attempt>> EtcdLeaseBackend::EarlierHolderLives(
+    const std::string& record, int64_t ttl_seconds) {
+  if (record.empty()) return std::nullopt;  // no record: the value form fails and says why
+  const Attempt lives{.outcome = Attempt::Outcome::kHeldByOther,
+                      .other_epoch = EpochOf(record).value_or(0),
+                      .other_holder = "its key gone, its holder maybe not yet"};
+  const std::optional<int64_t> recorded_lease = RecordedLeaseOf(record);
+  if (!recorded_lease) {
+    const base::TimePoint now = clock_.Now();
+    if (unknown_holder_record_ != record) {
+      unknown_holder_record_ = record;
+      unknown_holder_until_ = now + std::chrono::seconds(ttl_seconds);
+      spdlog::warn("{} records '{}', no etcd lease: waiting a whole TTL ({} s) for its holder",
+                   epoch_key_, record, ttl_seconds);
+    }
+    if (now >= unknown_holder_until_) return std::nullopt;
+    return lives;
+  }
+  unknown_holder_record_.clear();  // WaitReleased asks about this lease
+  etcdserverpb::LeaseTimeToLiveRequest ask;
+  ask.set_id(*recorded_lease);
+  auto ttl = client_->LeaseTimeToLive(ask);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->ttl() <= 0) return std::nullopt;  // gone for good: that holder has stopped
+  awaited_lease_ = *recorded_lease;
+  return lives;
 }
 
 Attempt EtcdLeaseBackend::Taken(int64_t lease, int64_t ttl) {
@@ -207,6 +281,12 @@ absl::StatusOr<Attempt> EtcdLeaseBackend::Adopt(int64_t unsettled, int64_t fresh
 }
 
 absl::StatusOr<bool> EtcdLeaseBackend::WaitReleased(base::TimePoint deadline) {
+  if (!unknown_holder_record_.empty()) {
+    // No lease to watch: the time is all there is (TryAcquire judges again).
+    const base::TimePoint until = std::min(unknown_holder_until_, deadline);
+    if (clock_.Now() < until) std::this_thread::sleep_for(until - clock_.Now());
+    return clock_.Now() >= unknown_holder_until_;
+  }
   return etcd::WaitHolderGone(*client_, lease_key_, &awaited_lease_, clock_, deadline);
 }
 

@@ -2,8 +2,13 @@
 // key prefix P:
 //   P/leases/<volume>  "<epoch, 20 digits> <holder>", attached to the holder's
 //                      etcd lease: present exactly while a holder is alive
-//   P/epochs/<volume>  the highest epoch that ever took it (20 digits, no
-//                      lease): it outlives every holder
+//   P/epochs/<volume>  "<epoch, 20 digits> <etcd lease, hex>": the highest
+//                      epoch that ever took it and the etcd lease it took it
+//                      on (the record itself on no lease: it outlives every
+//                      holder). The next epoch, finding the key gone, waits
+//                      for that lease too: a key deleted by hand does not
+//                      stop its holder. A record naming no lease (written
+//                      before records did) is waited out for a whole TTL.
 // Zero-padded decimals sort as numbers, so etcd compares their values.
 #pragma once
 

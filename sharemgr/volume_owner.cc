@@ -55,10 +55,12 @@ const char* VolumeStateName(VolumeState state) {
   return "unknown";
 }
 
-VolumeOwner::VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change)
+VolumeOwner::VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change,
+                         MayTouch may_touch)
     : volume_(volume),
       options_(std::move(options)),
       on_change_(std::move(on_change)),
+      may_touch_(std::move(may_touch)),
       thread_([this] { ThreadMain(); }) {}
 
 VolumeOwner::~VolumeOwner() {
@@ -134,10 +136,7 @@ void VolumeOwner::ThreadMain() {
       running_ = true;
       running_never_abandon_ = job.never_abandon;
     }
-    absl::Status result = job.start_by && Clock::now() > *job.start_by
-                              ? absl::DeadlineExceededError(absl::StrCat(
-                                    job.name, " waited for its turn past the caller's deadline"))
-                              : job.admit(state);
+    absl::Status result = MayStart(job, state);
     if (result.ok()) {
       spdlog::debug("volume: {} starts", job.name);
       result = job.run();
@@ -247,9 +246,23 @@ absl::Status VolumeOwner::AdmitRpc(VolumeState state, std::initializer_list<Volu
   return absl::FailedPreconditionError(absl::StrCat(what, " refused: the volume is mounted"));
 }
 
+absl::Status VolumeOwner::MayStart(const Job& job, VolumeState state) const {
+  if (job.start_by && Clock::now() > *job.start_by) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(job.name, " waited for its turn past the caller's deadline"));
+  }
+  if (job.touches_device && may_touch_) {
+    if (auto may = may_touch_(); !may.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(job.name, " not started: ", may.message()));
+    }
+  }
+  return job.admit(state);
+}
+
 absl::Status VolumeOwner::RunForCaller(std::string name,
                                        std::function<absl::Status(VolumeState)> admit,
-                                       std::function<absl::Status()> run, Deadline deadline) {
+                                       std::function<absl::Status()> run, Deadline deadline,
+                                       bool touches_device) {
   // Refuse at once what cannot run now; what can waits for its turn.
   if (auto now = admit(Snapshot().state); !now.ok()) return now;
   const std::string name_for_refusal = name;
@@ -261,7 +274,8 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
               .admit = std::move(admit),
               .run = std::move(run),
               .done = [outcome](absl::Status s) { outcome->set_value(std::move(s)); },
-              .start_by = start_by});
+              .start_by = start_by,
+              .touches_device = touches_device});
   // Wake at the deadline, when a job ends (ours may be done) or when stopping
   // starts. `seen` is read before the outcome is looked at: a job's outcome is
   // set before the count moves, so an outcome missed here moves the count later.
@@ -293,10 +307,9 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
   }
 }
 
-void VolumeOwner::Prepare(Done done, std::function<absl::Status()> may_start) {
+void VolumeOwner::Prepare(Done done) {
   Enqueue(Job{.name = "prepare",
-              .admit = [may_start = std::move(may_start)](
-                           VolumeState) { return may_start ? may_start() : absl::OkStatus(); },
+              .admit = [](VolumeState) { return absl::OkStatus(); },
               .run =
                   [this] {
                     SetRepair(RepairInfo{.what = "preparing the volume: device, check, mount",
@@ -449,7 +462,9 @@ absl::Status VolumeOwner::Release(Deadline deadline) {
         if (!status.ok()) SetState(VolumeState::kMounted, "");
         return status;
       },
-      deadline);
+      // Allowed after the lease ended: unmounting only shrinks what this
+      // share-manager holds (the fence unmounts too).
+      deadline, /*touches_device=*/false);
 }
 
 template <typename T>

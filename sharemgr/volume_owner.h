@@ -67,7 +67,16 @@ class VolumeOwner {
   // Callers' operations waiting at once; more are refused (RESOURCE_EXHAUSTED).
   static constexpr int kMaxQueuedForCallers = 8;
 
-  VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change);
+  // Whether this share-manager may still touch the device (its serving lease
+  // valid): OK, or why not. Asked on the device thread right before every
+  // job that writes the device starts (prepare, Mount, trim, resize,
+  // repairs), so a job queued while the lease was valid does not start after
+  // it ended (the loop that would fence may be stalled). Any thread may call
+  // it; null: always.
+  using MayTouch = std::function<absl::Status()>;
+
+  VolumeOwner(Volume& volume, VolumeOwnerOptions options, OnChange on_change,
+              MayTouch may_touch = nullptr);
   // Stops (see Stop) and joins the device thread.
   ~VolumeOwner();
   VolumeOwner(const VolumeOwner&) = delete;
@@ -75,9 +84,9 @@ class VolumeOwner {
 
   // Internal operations, queued behind whatever runs; any thread.
   // Wait for the device, detect, (format), check, mount: kPreparing -> kMounted or kFailed.
-  // `may_start`, asked on the device thread right before it starts, can
-  // still call it off (its error is the outcome; the volume stays untouched).
-  void Prepare(Done done, std::function<absl::Status()> may_start = nullptr);
+  // MayTouch can still call it off (its error is the outcome; the volume
+  // stays untouched).
+  void Prepare(Done done);
   // A read-only remount: remount read-write in place (kRepairing while it runs).
   void RepairInPlace(std::string why, Done done);
   // A filesystem error or a lost mount, once the export is withdrawn: check
@@ -131,6 +140,9 @@ class VolumeOwner {
     // stop it is waited for however long it takes, never abandoned to a
     // process exit that would SIGKILL it.
     bool never_abandon = false;
+    // Asks MayTouch before it starts. Only an unmount does not: it shrinks
+    // what this share-manager holds, which is what a lease's end asks for.
+    bool touches_device = true;
   };
 
   void Enqueue(Job job);
@@ -138,12 +150,15 @@ class VolumeOwner {
   void EnqueueRepair(Job job, const std::string& why);
   // Queues a job for an RPC and waits for its outcome until `deadline`.
   absl::Status RunForCaller(std::string name, std::function<absl::Status(VolumeState)> admit,
-                            std::function<absl::Status()> run, Deadline deadline);
+                            std::function<absl::Status()> run, Deadline deadline,
+                            bool touches_device = true);
   // RunForCaller for a volume operation that needs the volume mounted.
   template <typename T>
   absl::StatusOr<T> RunMountedOp(const char* what, absl::StatusOr<T> (Volume::*op)() const,
                                  Deadline deadline);
   void ThreadMain();
+  // Whether `job` may start now, in `state` (device thread).
+  absl::Status MayStart(const Job& job, VolumeState state) const;
   void SetState(VolumeState state, std::string detail);
   void SetRepair(std::optional<RepairInfo> repair);
   // Refusal for a state in which an RPC cannot run; OK in `allowed` states.
@@ -158,6 +173,7 @@ class VolumeOwner {
   Volume& volume_;
   const VolumeOwnerOptions options_;
   const OnChange on_change_;
+  const MayTouch may_touch_;
 
   mutable absl::Mutex mu_;
   VolumeState state_ ABSL_GUARDED_BY(mu_) = VolumeState::kPreparing;

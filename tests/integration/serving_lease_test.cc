@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "etcd/client.h"
@@ -100,6 +101,21 @@ bool WaitForNewRenewal(const DaemonProcess& d) {
   const size_t before = CountOccurrences(d.output(), kRenewed);
   return WaitFor([&] { return CountOccurrences(d.output(), kRenewed) > before; },
                  milliseconds(15'000));
+}
+
+// The epoch record of a holder on `lease`: "<epoch, 20 digits> <lease, hex>".
+std::string EpochRecord(uint64_t epoch, int64_t lease) {
+  return absl::StrCat(sharemgr::PaddedEpoch(epoch), " ", absl::Hex(lease));
+}
+
+// The serving lease of DaemonProcess's volume, for a backend driven by hand.
+sharemgr::LeaseConfig LeaseConfigOf(const EtcdCluster& cluster, uint64_t epoch,
+                                    const std::string& holder, int ttl_ms) {
+  return {.endpoints = cluster.endpoints(),
+          .prefix = "/sharemgr",
+          .volume = "pvc-test",
+          .holder = holder,
+          .options = {.epoch = epoch, .ttl = base::Duration(ttl_ms)}};
 }
 
 // etcd's remaining TTL of a lease: -1 once it is gone (revoked or expired).
@@ -277,7 +293,7 @@ TEST_CASE(
   CHECK(first.status().code() == absl::StatusCode::kDeadlineExceeded);
   const auto landed = RequireOk(EtcdGet(*client, kLeaseKey));
   CHECK(landed.value() == "00000000000000000004 pod-a");
-  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == "00000000000000000004");
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == EpochRecord(4, landed.lease()));
   CHECK(RemainingTtl(*client, landed.lease()) > 0);
 
   // Retried: taken, on the lease the first attempt put the key on.
@@ -310,15 +326,11 @@ TEST_CASE(
   put.set_lease(older);
   RequireOk(client->Put(put));
   put.set_key(kEpochKey);
-  put.set_value("00000000000000000003");
+  put.set_value(EpochRecord(3, older));
   put.clear_lease();
   RequireOk(client->Put(put));
 
-  const sharemgr::LeaseConfig config{.endpoints = cluster.endpoints(),
-                                     .prefix = "/sharemgr",
-                                     .volume = "pvc-test",
-                                     .holder = "pod-new",
-                                     .options = {.epoch = 4, .ttl = base::Duration(6000)}};
+  const auto config = LeaseConfigOf(cluster, 4, "pod-new", 6000);
   auto backend = RequireOk(sharemgr::MakeEtcdLeaseBackend(config, base::SteadyClock()));
   const auto in = [](int ms) { return base::SteadyClock().Now() + base::Duration(ms); };
   const auto attempt = RequireOk(backend->TryAcquire(6, in(3000)));
@@ -342,6 +354,69 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "serving lease 0c. the older holder's key deleted by hand before the next epoch ever looked: "
+    "it finds no key, and still waits for the lease the epoch record names") {
+  EtcdCluster cluster;
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  const auto config = [&](uint64_t epoch, const std::string& holder) {
+    return LeaseConfigOf(cluster, epoch, holder, 30'000);
+  };
+  const auto in = [](int ms) { return base::SteadyClock().Now() + base::Duration(ms); };
+  using Outcome = sharemgr::LeaseBackend::Attempt::Outcome;
+  // Epoch 3 holds the lease (and would serve on until a renewal reads its key).
+  auto older = RequireOk(sharemgr::MakeEtcdLeaseBackend(config(3, "pod-old"), base::SteadyClock()));
+  REQUIRE(RequireOk(older->TryAcquire(30, in(3000))).outcome == Outcome::kTaken);
+  const int64_t older_lease = RequireOk(EtcdGet(*client, kLeaseKey)).lease();
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == EpochRecord(3, older_lease));
+  // etcdctl del, before epoch 4 exists.
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(kLeaseKey);
+  RequireOk(client->DeleteRange(del));
+
+  auto newer = RequireOk(sharemgr::MakeEtcdLeaseBackend(config(4, "pod-new"), base::SteadyClock()));
+  const auto attempt = RequireOk(newer->TryAcquire(30, in(3000)));
+  REQUIRE(attempt.outcome == Outcome::kHeldByOther);
+  CHECK(attempt.other_epoch == 3);
+  CHECK_FALSE(EtcdGet(*client, kLeaseKey).has_value());  // nothing taken meanwhile
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == EpochRecord(3, older_lease));
+  // Not released while epoch 3's lease lives, however often asked.
+  CHECK_FALSE(RequireOk(newer->WaitReleased(in(1000))));
+  CHECK(RequireOk(newer->TryAcquire(30, in(3000))).outcome == Outcome::kHeldByOther);
+  // Epoch 3 stops (its lease revoked): released, and taken.
+  REQUIRE(older->Revoke(in(3000)).ok());
+  CHECK(RequireOk(newer->WaitReleased(in(3000))));
+  CHECK(RequireOk(newer->TryAcquire(30, in(3000))).outcome == Outcome::kTaken);
+  const int64_t newer_lease = RequireOk(EtcdGet(*client, kLeaseKey)).lease();
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value() == EpochRecord(4, newer_lease));
+  CHECK(newer->Revoke(in(3000)).ok());
+}
+
+TEST_CASE(
+    "serving lease 0d. an epoch record naming no etcd lease (written before records did) and no "
+    "key: its holder is waited out for a whole TTL") {
+  EtcdCluster cluster;
+  auto client = RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints()}));
+  etcdserverpb::PutRequest put;
+  put.set_key(kEpochKey);
+  put.set_value("00000000000000000003");
+  RequireOk(client->Put(put));
+  const auto config = LeaseConfigOf(cluster, 4, "pod-new", 3000);
+  auto backend = RequireOk(sharemgr::MakeEtcdLeaseBackend(config, base::SteadyClock()));
+  const auto in = [](int ms) { return base::SteadyClock().Now() + base::Duration(ms); };
+  using Outcome = sharemgr::LeaseBackend::Attempt::Outcome;
+  const auto first_seen = base::SteadyClock().Now();
+  REQUIRE(RequireOk(backend->TryAcquire(3, in(3000))).outcome == Outcome::kHeldByOther);
+  CHECK_FALSE(EtcdGet(*client, kLeaseKey).has_value());
+  // Waited until the TTL since it was first seen has passed, not before.
+  while (!RequireOk(backend->WaitReleased(in(1000)))) {
+  }
+  CHECK(base::SteadyClock().Now() - first_seen >= base::Duration(3000));
+  CHECK(RequireOk(backend->TryAcquire(3, in(3000))).outcome == Outcome::kTaken);
+  CHECK(RequireOk(EtcdGet(*client, kEpochKey)).value().substr(0, 21) == "00000000000000000004 ");
+  CHECK(backend->Revoke(in(3000)).ok());
+}
+
+TEST_CASE(
     "serving lease 1. the lease is taken (its key in etcd under the epoch) and real NFS I/O is "
     "served under it") {
   Fixture f;
@@ -352,7 +427,7 @@ TEST_CASE(
   CHECK(holder.lease() != 0);
   CHECK(RemainingTtl(*f.client, holder.lease()) > 0);
   const auto epoch = RequireOk(EtcdGet(*f.client, kEpochKey));
-  CHECK(epoch.value() == "00000000000000000003");
+  CHECK(epoch.value() == EpochRecord(3, holder.lease()));
   CHECK(epoch.lease() == 0);  // outlives every holder
 
   const auto status = RequireOk(d->Status());
@@ -443,7 +518,8 @@ TEST_CASE(
     CHECK_FALSE(EtcdGet(*f.client, kLeaseKey).has_value());
     refused(4);
     refused(5);
-    CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000005");
+    CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value().substr(0, 21) ==
+          "00000000000000000005 ");
   }
 }
 
@@ -486,7 +562,7 @@ TEST_CASE(
   CHECK(serving.lease().held());
   const auto holder = RequireOk(EtcdGet(*f.client, kLeaseKey));
   CHECK(holder.value().substr(0, 20) == "00000000000000000002");
-  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000002");
+  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value().substr(0, 21) == "00000000000000000002 ");
   // It started ganesha only after the old share-manager had revoked its lease
   // (which it does once its ganesha is gone and the volume unmounted).
   const auto revoked = LoggedAt(older->output(), "serving lease of epoch 1 revoked");
@@ -509,7 +585,7 @@ TEST_CASE(
   REQUIRE(RequireOk(d->WaitExit(milliseconds(30'000))) == sharemgr::kExitStopped);
   CHECK_FALSE(EtcdGet(*f.client, kLeaseKey).has_value());
   CHECK(RemainingTtl(*f.client, lease) == -1);
-  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value() == "00000000000000000007");
+  CHECK(RequireOk(EtcdGet(*f.client, kEpochKey)).value().substr(0, 21) == "00000000000000000007 ");
   // ganesha's end is logged before the revoke (one thread logs both).
   const std::string log = d->output();
   const auto ended = log.find("[share-manager] ganesha pid " + std::to_string(ganesha) + " ");

@@ -9,10 +9,13 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "sharemgr/volume.h"
+#include "sharemgr/volume_owner.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/loop_device.h"
 #include "tests/support/make_loop.h"
@@ -261,4 +264,62 @@ TEST_CASE("volume device 8. RequestStop ends the wait for a device at once") {
   const Clock::time_point stopped{Clock::duration(stop_at.load())};
   CHECK(returned >= stopped);
   CHECK(returned - stopped < milliseconds(2000));
+}
+
+TEST_CASE(
+    "volume device 9. the owner asks MayTouch before each job that writes the device: one queued "
+    "while it allowed is refused once it no longer does (a Mount mounts nothing), an Unmount "
+    "runs") {
+  auto loop = MakeLoop("ext4");
+  TempDir target;
+  sharemgr::VolumeConfig config = ConfigFor(loop->path());
+  config.target = target.path();
+  sharemgr::Volume volume(config);
+  // The fake lease: `allowed`; with `hold`, the next check waits for `go`
+  // (the device thread busy with a job's start while more are queued).
+  std::atomic<bool> allowed{true};
+  std::atomic<bool> hold{false};
+  absl::Notification holding;
+  absl::Notification go;
+  sharemgr::VolumeOwner owner(
+      volume, {}, [] {},
+      [&]() -> absl::Status {
+        if (hold.exchange(false)) {
+          holding.Notify();
+          go.WaitForNotification();
+          return absl::OkStatus();  // answered while the lease still allowed it
+        }
+        return allowed ? absl::OkStatus() : absl::FailedPreconditionError("lease over (test)");
+      });
+  std::promise<absl::Status> prepared;
+  owner.Prepare([&](absl::Status s) { prepared.set_value(std::move(s)); });
+  REQUIRE(prepared.get_future().get().ok());
+  REQUIRE(volume.ReadMountState().mounted);
+
+  const auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(60); };
+  hold = true;
+  auto trim = std::async(std::launch::async, [&] { return owner.Trim(deadline()); });
+  // Asked at the trim's start (without the check it never is).
+  REQUIRE(holding.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  // Queued behind the trim while the lease still allowed it.
+  auto resize = std::async(std::launch::async, [&] { return owner.Resize(deadline()); });
+  std::this_thread::sleep_for(milliseconds(500));  // its turn taken in the queue
+  allowed = false;
+  go.Notify();
+  // It was let start before the lease ended (its own outcome is the loop
+  // device's: discard may be unsupported).
+  CHECK(trim.get().status().message().find("lease over") == std::string::npos);
+  const auto resized = resize.get();
+  REQUIRE_FALSE(resized.ok());
+  CHECK(resized.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(resized.status().message().find("lease over") != std::string::npos);
+
+  // An unmount shrinks what is held: it still runs.
+  CHECK(owner.Release(deadline()).ok());
+  CHECK_FALSE(volume.ReadMountState().mounted);
+  // A Mount does not: refused, nothing mounted.
+  const auto attached = owner.Attach(deadline());
+  CHECK(attached.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_FALSE(volume.ReadMountState().mounted);
+  CHECK(owner.Stop(std::chrono::seconds(30)));
 }
