@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "controller/etcd_election.h"
 #include "controller/etcd_store.h"
 #include "controller/leader_election.h"
@@ -795,7 +796,7 @@ Outcome RunElectionSeed(uint64_t seed) {
   std::vector<std::unique_ptr<Replica>> replicas(3);
   auto start_replica = [&](size_t i, Micros at) {
     auto& r = replicas[i];
-    r = std::make_unique<Replica>(etcd, rng, at, "r" + std::to_string(i), leader_ttl, pod_ttl,
+    r = std::make_unique<Replica>(etcd, rng, at, absl::StrCat("r", i), leader_ttl, pod_ttl,
                                   std::uniform_real_distribution<>(-0.01, 0.01)(rng));
     r->election_due = at;
     if (at < faults_end) {
