@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/abort_run.h"
+#include "bench/doctest_asserts_abort.h"
 #include "bench/reconcile_passes.h"
 #include "controller/controller.h"
 #include "controller/etcd_store.h"
@@ -210,14 +211,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "Measuring time per row")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
-  // The etcd fixture asserts with doctest: outside a test case, a failed
-  // assertion ends the run through AbortRun (every member is then killed).
-  doctest::Context doctest_context;
-  doctest_context.setAsDefaultForAssertsOutOfTestCases();
-  doctest_context.setAssertHandler([](const doctest::AssertData& data) {
-    throw bench::AbortRun(absl::StrCat(data.m_file, ":", data.m_line, ": ", data.m_expr, " ",
-                                       data.m_exception.c_str(), data.m_decomp.c_str()));
-  });
+  const bench::DoctestAssertsAbort asserts_abort;
   try {
     testing_support::EtcdCluster cluster;
     std::cout << "## etcd benchmark (3 members on 127.0.0.1)\n";

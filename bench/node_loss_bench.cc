@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "bench/abort_run.h"
+#include "bench/doctest_asserts_abort.h"
 #include "bench/series.h"
 #include "sharemgr/serving_lease.h"
 #include "tests/support/etcd_cluster.h"
@@ -67,14 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--ttl", ttl, "--lease-ttl of both share-managers")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
-  // The fixtures assert with doctest: outside a test case, a failed
-  // assertion ends the run through AbortRun (destructors clean up).
-  doctest::Context doctest_context;
-  doctest_context.setAsDefaultForAssertsOutOfTestCases();
-  doctest_context.setAssertHandler([](const doctest::AssertData& data) {
-    throw bench::AbortRun(absl::StrCat(data.m_file, ":", data.m_line, ": ", data.m_expr, " ",
-                                       data.m_exception.c_str(), data.m_decomp.c_str()));
-  });
+  const bench::DoctestAssertsAbort asserts_abort;
   const auto parsed_ttl = base::ParseDuration(ttl);
   if (!parsed_ttl.ok()) {
     std::cerr << "bad --ttl: " << parsed_ttl.status() << "\n";
