@@ -152,7 +152,10 @@ TEST_CASE(
 
   // On a terminal (script gives it one) each frame clears the screen, and the
   // cursor, hidden meanwhile, is shown again on the way out.
-  const std::string command = ShareManagerBinary() + " top --interval 100ms --addr " + d->addr();
+  // exec: whatever shell script runs (its $SHELL, or dash) is replaced by top,
+  // so the one child is top itself and not a shell that SIGINT would end alone.
+  const std::string command =
+      "exec " + ShareManagerBinary() + " top --interval 100ms --addr " + d->addr();
   ProgramProcess script({"script", "-qfec", command, "/dev/null"});
   REQUIRE(script.WaitOutput("ganesha cpu:", milliseconds(10'000)));
   const auto children = base::ProcessChildren(script.pid());
