@@ -567,8 +567,6 @@ TEST_CASE(
   }
 }
 
-}  // namespace controller
-
 TEST_CASE(
     "HA share-controller over etcd mTLS: the pod it starts gets the controller's etcd TLS files "
     "(--lease-etcd-dir) and serves under its serving lease") {
@@ -612,3 +610,5 @@ TEST_CASE(
   }
   CHECK(pod_has_files);
 }
+
+}  // namespace controller

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_join.h"
 #include "etcd/client.h"
+#include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
@@ -49,10 +50,12 @@ struct TlsEtcd {
       RequireOk(etcd::EtcdClient::Create({.endpoints = cluster.endpoints(), .security = security}));
   testing_support::TempDir export_dir{"lease-tls-export"};
 
-  std::unique_ptr<DaemonProcess> Start(const std::vector<std::string>& tls_flags,
+  // A share-manager of epoch `epoch` (a lease once taken is never taken
+  // again under the same epoch).
+  std::unique_ptr<DaemonProcess> Start(uint64_t epoch, const std::vector<std::string>& tls_flags,
                                        bool wait_until_serving) const {
     std::vector<std::string> flags = {"--export-dir",    export_dir.path(),
-                                      "--epoch",         "3",
+                                      "--epoch",         std::to_string(epoch),
                                       "--lease-etcd",    absl::StrJoin(cluster.endpoints(), ","),
                                       "--lease-ttl",     "2s",
                                       "--start-timeout", "2s"};
@@ -66,17 +69,18 @@ struct TlsEtcd {
 
 TEST_CASE(
     "serving lease over etcd mTLS: with --lease-etcd-dir (or -cert/-key/-ca) the lease is taken "
-    "and NFS is served under it; revoked at SIGTERM") {
+    "and NFS is served under it, and revoked at SIGTERM") {
   TlsEtcd etcd;
   const std::vector<std::vector<std::string>> spellings = {
       {"--lease-etcd-dir", etcd.client_dir},
       {"--lease-etcd-cert", etcd.client_cert.cert, "--lease-etcd-key", etcd.client_cert.key,
        "--lease-etcd-ca", etcd.client_cert.ca}};
+  uint64_t epoch = 3;
   for (const auto& tls_flags : spellings) {
     CAPTURE(tls_flags.front());
-    auto d = etcd.Start(tls_flags, true);
+    auto d = etcd.Start(epoch, tls_flags, true);
     const auto holder = RequireOk(EtcdGet(*etcd.client, kLeaseKey));
-    CHECK(holder.value().substr(0, 21) == "00000000000000000003 ");
+    CHECK(holder.value().substr(0, 21) == sharemgr::PaddedEpoch(epoch) + " ");
     const auto status = RequireOk(d->Status());
     CHECK(status.state() == v1::SERVING);
     CHECK(status.lease().held());
@@ -84,8 +88,9 @@ TEST_CASE(
     CHECK(RequireOk(d->ReadEventually("/over-tls.txt")) == "under a lease taken over mTLS");
     d->Signal(SIGTERM);
     REQUIRE(RequireOk(d->WaitExit(milliseconds(30'000))) == sharemgr::kExitStopped);
-    // Revoked over TLS too: the next spelling takes it at once.
+    // Revoked over TLS too: the next spelling (the next epoch) takes it at once.
     CHECK_FALSE(EtcdGet(*etcd.client, kLeaseKey).has_value());
+    ++epoch;
   }
 }
 
@@ -99,7 +104,7 @@ TEST_CASE(
        "--lease-etcd-ca", etcd.client_cert.ca}};
   for (const auto& tls_flags : refused) {
     CAPTURE(absl::StrJoin(tls_flags, " "));
-    auto d = etcd.Start(tls_flags, false);
+    auto d = etcd.Start(3, tls_flags, false);
     // Looked at until it exits (acquire timeout: TTL + margin + --start-timeout).
     bool ever_serving = false;
     for (int i = 0; i < 300 && !d->WaitExit(milliseconds(100)).ok(); ++i) {
