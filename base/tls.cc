@@ -14,11 +14,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <string_view>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "base/clock.h"
 #include "base/files.h"
 #include "base/log_limiter.h"
@@ -199,7 +202,45 @@ void AddTlsFlags(CLI::App& app, TlsFlags& f, TlsRole role) {
   }
 }
 
-absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& f) {
+void AddClientTlsFlagsAs(CLI::App& app, TlsFlags& f, const std::string& prefix,
+                         const std::string& peer) {
+  app.add_option(prefix + "cert", f.cert,
+                 absl::StrCat("PEM client certificate presented to ", peer, " (with ", prefix,
+                              "key, ", prefix, "ca: mTLS)"));
+  app.add_option(prefix + "key", f.key, absl::StrCat("PEM private key of ", prefix, "cert"));
+  app.add_option(prefix + "ca", f.ca,
+                 absl::StrCat("PEM CA certificate(s) ", peer, "'s certificate chains to"));
+  app.add_option(prefix + "dir", f.dir,
+                 absl::StrCat("Directory in a Kubernetes TLS Secret's layout: tls.crt, tls.key, "
+                              "ca.crt (instead of ",
+                              prefix, "cert/", prefix, "key/", prefix, "ca)"));
+  app.add_option(
+      prefix + "server-name", f.server_name,
+      absl::StrCat("Name ", peer,
+                   "'s certificate must carry (DNS SAN); default: each endpoint's host"));
+}
+
+std::vector<std::string> ClientTlsArgsAs(const TlsFlags& f, const std::string& prefix) {
+  std::vector<std::string> args;
+  for (const auto& [name, value, path] :
+       {std::tuple{"cert", &f.cert, true}, std::tuple{"key", &f.key, true},
+        std::tuple{"ca", &f.ca, true}, std::tuple{"dir", &f.dir, true},
+        std::tuple{"server-name", &f.server_name, false}}) {
+    if (value->empty()) continue;
+    args.push_back(prefix + name);
+    args.push_back(path ? std::filesystem::absolute(*value).lexically_normal().string() : *value);
+  }
+  return args;
+}
+
+bool AnyTlsFlag(const TlsFlags& f) {
+  return !f.cert.empty() || !f.key.empty() || !f.ca.empty() || !f.dir.empty() ||
+         !f.server_name.empty();
+}
+
+namespace {
+
+absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFilesNamedTls(const TlsFlags& f) {
   const bool any_file = !f.cert.empty() || !f.key.empty() || !f.ca.empty();
   if (!any_file && f.dir.empty()) {
     if (!f.allowed_clients.empty()) {
@@ -244,6 +285,17 @@ absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& f) {
   return files;
 }
 
+}  // namespace
+
+absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& flags,
+                                                        const std::string& prefix) {
+  auto files = ResolveTlsFilesNamedTls(flags);
+  if (files.ok() || prefix == "--tls-") return files;
+  // One spelling of every check above; the flags' own names in the message.
+  return absl::InvalidArgumentError(
+      absl::StrReplaceAll(files.status().message(), {{"--tls-", prefix}}));
+}
+
 std::vector<std::string> PeerIdentities(const grpc::AuthContext& context) {
   const auto pems = context.FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (pems.size() != 1) return {};
@@ -276,12 +328,11 @@ void ClientSecurity::Apply(grpc::ChannelArguments& args) const {
   if (tls && !server_name.empty()) args.SetSslTargetNameOverride(server_name);
 }
 
-absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags) {
-  auto files = ResolveTlsFiles(flags);
-  if (!files.ok()) return files.status();
-  if (!*files) return ClientSecurity{};
+ClientSecurity MakeClientSecurity(const std::optional<TlsFiles>& files,
+                                  const std::string& server_name) {
+  if (!files) return ClientSecurity{};
   grpc::experimental::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(Watcher(**files));
+  options.set_certificate_provider(Watcher(*files));
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   // Explicit, whatever gRPC's default: the server's certificate must name the
@@ -289,7 +340,14 @@ absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags) {
   options.set_certificate_verifier(
       std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
   return ClientSecurity{.tls = grpc::experimental::TlsCredentials(options),
-                        .server_name = flags.server_name};
+                        .server_name = server_name};
+}
+
+absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags,
+                                                     const std::string& prefix) {
+  auto files = ResolveTlsFiles(flags, prefix);
+  if (!files.ok()) return files.status();
+  return MakeClientSecurity(*files, flags.server_name);
 }
 
 }  // namespace base

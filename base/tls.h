@@ -36,6 +36,17 @@ enum class TlsRole { kServer, kClient };
 // --tls-allowed-client (server) or --tls-server-name (client).
 void AddTlsFlags(CLI::App& app, TlsFlags& flags, TlsRole role);
 
+// The client side under other names, for a peer with a CA of its own (etcd):
+// PREFIXcert, PREFIXkey, PREFIXca, PREFIXdir, PREFIXserver-name, e.g. "--etcd-".
+// `peer` names the server in --help. The files are re-read at the default interval.
+void AddClientTlsFlagsAs(CLI::App& app, TlsFlags& flags, const std::string& prefix,
+                         const std::string& peer);
+// Those flags again, to hand the same files to a child process (the paths
+// made absolute: its working directory may differ); none without TLS.
+std::vector<std::string> ClientTlsArgsAs(const TlsFlags& flags, const std::string& prefix);
+// Whether any of the files or the server name is given.
+bool AnyTlsFlag(const TlsFlags& flags);
+
 struct TlsFiles {
   std::string cert, key, ca;
   // How often gRPC re-reads them (whole seconds: what its file watcher takes).
@@ -46,8 +57,9 @@ struct TlsFiles {
 // flag, for a half configuration (a certificate without its key or CA,
 // --tls-dir beside a file flag, a role's own flag without TLS) or a file that
 // is unreadable, holds no PEM of its kind, or a key that is not the
-// certificate's.
-absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& flags);
+// certificate's. Messages name the flags with `prefix` (AddClientTlsFlagsAs's).
+absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFiles(const TlsFlags& flags,
+                                                        const std::string& prefix = "--tls-");
 
 // Who the peer is, read from its certificate itself (the auth context's
 // x509_pem_cert; none without it): its DNS subject alternative names, or its
@@ -78,8 +90,13 @@ struct ClientSecurity {
   void Apply(grpc::ChannelArguments& args) const;
 };
 
-// ResolveTlsFiles plus --tls-server-name, into credentials shared by every
-// channel the client opens (one file watcher, not one per channel).
-absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags);
+// Credentials for `files` (nullopt: plaintext), shared by every channel the
+// client opens (one file watcher, not one per channel).
+ClientSecurity MakeClientSecurity(const std::optional<TlsFiles>& files,
+                                  const std::string& server_name);
+
+// ResolveTlsFiles plus --tls-server-name, into MakeClientSecurity.
+absl::StatusOr<ClientSecurity> ResolveClientSecurity(const TlsFlags& flags,
+                                                     const std::string& prefix = "--tls-");
 
 }  // namespace base

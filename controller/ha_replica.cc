@@ -75,7 +75,8 @@ absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app) {
 
 absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const etcd::EtcdUrl& url,
                                                   const base::ClientSecurity& security,
-                                                  bool store_tls, const std::string& work_dir) {
+                                                  const base::TlsFlags& store_tls,
+                                                  const std::string& work_dir) {
   HaReplicaOptions options{.endpoints = url.endpoints,
                            .security = security,
                            .prefix = url.prefix,
@@ -86,16 +87,12 @@ absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const et
   if (!ttl.ok()) return ttl.status();
   options.leader_ttl = *ttl;
   if (!flags.pod_leases) return options;
-  if (store_tls) {
-    return absl::InvalidArgumentError(
-        "--pod-leases: share-manager's --lease-etcd has no TLS yet; with --etcd-* TLS flags give "
-        "--pod-leases=false");
-  }
   auto pod_ttl = Ttl("--pod-lease-ttl", flags.pod_lease_ttl);
   if (!pod_ttl.ok()) return pod_ttl.status();
   PodLeaseOptions leases{.prefix = url.prefix.empty() ? kDefaultPodLeasePrefix : url.prefix,
                          .ttl = *pod_ttl,
-                         .drift_margin = etcd::DefaultLeaseDriftMargin(*pod_ttl)};
+                         .drift_margin = etcd::DefaultLeaseDriftMargin(*pod_ttl),
+                         .etcd_tls = store_tls};
   if (!flags.pod_lease_drift_margin.empty()) {
     auto drift = base::ParseDuration(flags.pod_lease_drift_margin);
     if (!drift.ok() || *drift > leases.ttl) {
@@ -183,10 +180,15 @@ bool HaReplica::Leading() const {
 std::vector<std::string> HaReplica::PodDaemonFlags() const {
   if (!options_.pod_leases) return {};
   const PodLeaseOptions& leases = *options_.pod_leases;
-  return {"--lease-etcd",         absl::StrJoin(options_.endpoints, ","),
-          "--lease-prefix",       leases.prefix,
-          "--lease-ttl",          absl::StrCat(leases.ttl.count() / 1000, "s"),
-          "--lease-drift-margin", absl::StrCat(leases.drift_margin.count(), "ms")};
+  std::vector<std::string> flags = {
+      "--lease-etcd",         absl::StrJoin(options_.endpoints, ","),
+      "--lease-prefix",       leases.prefix,
+      "--lease-ttl",          absl::StrCat(leases.ttl.count() / 1000, "s"),
+      "--lease-drift-margin", absl::StrCat(leases.drift_margin.count(), "ms")};
+  for (auto& flag : base::ClientTlsArgsAs(leases.etcd_tls, "--lease-etcd-")) {
+    flags.push_back(std::move(flag));
+  }
+  return flags;
 }
 
 PodRuntime& HaReplica::Acting(PodRuntime& runtime) {

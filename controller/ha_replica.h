@@ -51,6 +51,9 @@ struct PodLeaseOptions {
   std::string prefix;  // P of P/leases/<volume>: the store's, or /sharemgr without one
   base::Duration ttl{10'000};
   base::Duration drift_margin{500};
+  // The store's etcd TLS flags as given, passed on as the pods'
+  // --lease-etcd-*: in Kubernetes the same Secret is mounted in both.
+  base::TlsFlags etcd_tls;
 };
 
 struct HaReplicaOptions {
@@ -65,11 +68,12 @@ struct HaReplicaOptions {
 };
 
 // The replica's options from the flags and the store's URL; InvalidArgument
-// naming the flag. `store_tls`: etcd is reached with TLS (the share-managers'
-// --lease-etcd has none yet, so pod leases must then be turned off).
+// naming the flag. `store_tls`: the store's --etcd-* flags (checked into
+// `security`), which the pods' serving leases use too.
 absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const etcd::EtcdUrl& url,
                                                   const base::ClientSecurity& security,
-                                                  bool store_tls, const std::string& work_dir);
+                                                  const base::TlsFlags& store_tls,
+                                                  const std::string& work_dir);
 // InvalidArgument naming the first HA flag given in `app`: they need --store etcd://.
 absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app);
 

@@ -22,7 +22,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
@@ -111,17 +110,10 @@ int main(int argc, char** argv) {
   app.add_option("--etcd-timeout", etcd_timeout, "Deadline of every etcd call")
       ->capture_default_str();
   // The client side of base's TLS flags under other names: etcd's CA and
-  // certificates are not the share-managers'.
+  // certificates are not the share-managers'. With --pod-leases the pods get
+  // the same files (README, Highly available share-controller).
   base::TlsFlags etcd_tls;
-  app.add_option("--etcd-cert", etcd_tls.cert,
-                 "PEM client certificate presented to etcd (with --etcd-key, --etcd-ca: mTLS)");
-  app.add_option("--etcd-key", etcd_tls.key, "PEM private key of --etcd-cert");
-  app.add_option("--etcd-ca", etcd_tls.ca, "PEM CA certificate(s) etcd's certificate chains to");
-  app.add_option("--etcd-dir", etcd_tls.dir,
-                 "Directory in a Kubernetes TLS Secret's layout: tls.crt, tls.key, ca.crt (instead "
-                 "of --etcd-cert/--etcd-key/--etcd-ca)");
-  app.add_option("--etcd-server-name", etcd_tls.server_name,
-                 "Name etcd's certificate must carry (DNS SAN); default: each endpoint's host");
+  base::AddClientTlsFlagsAs(app, etcd_tls, "--etcd-", "etcd");
   app.add_option("--work-dir", work_dir, "Volumes' export/state dirs and pod logs")
       ->capture_default_str();
   app.add_option("--share-manager-binary", binary, "share-manager executable")
@@ -227,8 +219,7 @@ int main(int argc, char** argv) {
   } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
     return 2;
-  } else if (!etcd_tls.cert.empty() || !etcd_tls.key.empty() || !etcd_tls.ca.empty() ||
-             !etcd_tls.dir.empty() || !etcd_tls.server_name.empty()) {
+  } else if (base::AnyTlsFlag(etcd_tls)) {
     std::cerr << "share-controller: the --etcd-* TLS flags need --store etcd://...\n";
     return 2;
   }
@@ -257,19 +248,15 @@ int main(int argc, char** argv) {
     std::cerr << "share-controller: " << security.status().message() << "\n";
     return 2;
   }
-  auto etcd_security = base::ResolveClientSecurity(etcd_tls);
+  auto etcd_security = base::ResolveClientSecurity(etcd_tls, "--etcd-");
   if (!etcd_security.ok()) {
-    // base names its own flags (--tls-cert, ...): these are --etcd-cert, ...
-    std::cerr << "share-controller: "
-              << absl::StrReplaceAll(etcd_security.status().message(), {{"--tls-", "--etcd-"}})
-              << "\n";
+    std::cerr << "share-controller: " << etcd_security.status().message() << "\n";
     return 2;
   }
   std::optional<controller::HaReplicaOptions> ha;
   if (etcd_url) {
-    const bool etcd_tls_given = !etcd_tls.cert.empty() || !etcd_tls.dir.empty();
     auto resolved =
-        controller::ResolveHaReplica(ha_flags, *etcd_url, *etcd_security, etcd_tls_given, work_dir);
+        controller::ResolveHaReplica(ha_flags, *etcd_url, *etcd_security, etcd_tls, work_dir);
     if (!resolved.ok()) {
       std::cerr << "share-controller: " << resolved.status().message() << "\n";
       return 2;

@@ -30,6 +30,8 @@ absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string&
 
 using base::ValidateListen;
 
+constexpr char kLeaseTlsPrefix[] = "--lease-etcd-";
+
 // --lease-*: the serving lease, or nullopt without --lease-etcd.
 absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
                                                         Duration start_timeout) {
@@ -39,6 +41,9 @@ absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
           std::pair{"--lease-drift-margin", &f.lease_drift_margin}}) {
       if (!value->empty())
         return absl::InvalidArgumentError(absl::StrCat(flag, " needs --lease-etcd"));
+    }
+    if (const auto tls = base::ClientTlsArgsAs(f.lease_etcd_tls, kLeaseTlsPrefix); !tls.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(tls.front(), " needs --lease-etcd"));
     }
     return std::nullopt;
   }
@@ -58,6 +63,10 @@ absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
                      url.ok() ? "" : ": ", url.ok() ? "" : url.status().message()));
   }
   lease.endpoints = std::move(url->endpoints);
+  auto tls = base::ResolveTlsFiles(f.lease_etcd_tls, kLeaseTlsPrefix);
+  if (!tls.ok()) return tls.status();
+  lease.tls = *std::move(tls);
+  lease.tls_server_name = f.lease_etcd_tls.server_name;
   lease.prefix = f.lease_prefix.empty() ? kDefaultLeasePrefix : f.lease_prefix;
   if (auto s = base::ValidateOption("--lease-prefix", lease.prefix, " "); !s.ok()) return s;
   if (lease.prefix.front() != '/') {
@@ -194,6 +203,7 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--lease-drift-margin", f.lease_drift_margin,
                  "How long to wait after an older holder's lease is gone before taking it "
                  "(default max(500ms, TTL/50))");
+  base::AddClientTlsFlagsAs(app, f.lease_etcd_tls, kLeaseTlsPrefix, "etcd");
   app.add_option("--pod-uid", f.pod_uid,
                  "Instance id reported in the status (e.g. the Kubernetes pod UID), so a "
                  "controller can tell this share-manager from another on the same address");

@@ -94,6 +94,9 @@ struct DaemonFlags {
   std::string lease_prefix;        // /sharemgr
   std::string lease_ttl;           // 10s
   std::string lease_drift_margin;  // DefaultLeaseDriftMargin(TTL)
+  // --lease-etcd-cert, -key, -ca, -dir, -server-name: etcd's mTLS (the
+  // controller's --etcd-* under these names); none: plaintext.
+  base::TlsFlags lease_etcd_tls;
 };
 
 void AddDaemonFlags(CLI::App& app, DaemonFlags& flags);
@@ -104,6 +107,10 @@ struct LeaseConfig {
   std::string prefix;                  // "" or "/P", no trailing slash
   std::string volume;
   std::string holder;  // written beside the epoch: this host's name (the pod's)
+  // etcd's mTLS files, checked; nullopt: plaintext. Credentials are made from
+  // them only when the client is (their file watcher is a thread).
+  std::optional<base::TlsFiles> tls;
+  std::string tls_server_name;  // empty: each endpoint's host
   ServingLeaseOptions options;
 };
 

@@ -315,7 +315,9 @@ std::string EpochKey(const LeaseConfig& config) {
 }
 
 etcd::EtcdOptions LeaseClientOptions(const LeaseConfig& config) {
-  return {.endpoints = config.endpoints, .call_timeout = LeaseCallTimeout(config.options.ttl)};
+  return {.endpoints = config.endpoints,
+          .call_timeout = LeaseCallTimeout(config.options.ttl),
+          .security = base::MakeClientSecurity(config.tls, config.tls_server_name)};
 }
 
 absl::StatusOr<std::unique_ptr<LeaseBackend>> MakeEtcdLeaseBackend(const LeaseConfig& config,

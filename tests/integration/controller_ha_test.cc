@@ -34,6 +34,7 @@
 #include "tests/support/program_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 #include "tests/support/wait_for.h"
 
 namespace controller {
@@ -564,6 +565,50 @@ TEST_CASE(
     CHECK_MESSAGE(read.ok(), name, ": ", read.status().ToString());
     if (read.ok()) CHECK(*read == name);
   }
+}
+
+TEST_CASE(
+    "HA share-controller over etcd mTLS: the pod it starts gets the controller's etcd TLS files "
+    "(--lease-etcd-dir) and serves under its serving lease") {
+  testing_support::TempDir certs("ha-etcd-tls");
+  const testing_support::TestCa ca(certs.path(), "etcd-ca");
+  // One Secret for the controller and its pods, as Kubernetes mounts it in both.
+  const std::string secret = testing_support::WriteSecretDir(
+      certs.path() + "/etcd-client", ca.Issue("client", "controller", {"DNS:controller"}));
+  const auto security = RequireOk(base::ResolveClientSecurity({.dir = secret}));
+  testing_support::EtcdCluster etcd({.members = 1,
+                                     .server_tls = ca.Issue("etcd", "etcd", {"IP:127.0.0.1"}),
+                                     .client_security = security});
+  testing_support::TempDir dir("sharemgr-ha-tls");
+  const std::string work = dir.path() + "/work";
+  auto look =
+      RequireOk(etcd::EtcdClient::Create({.endpoints = etcd.endpoints(), .security = security}));
+  // Declared after etcd: the controller stops first, then its pod is swept.
+  Ha::PodSweep sweep{work};
+  testing_support::ProgramProcess ctl(
+      {ShareControllerBinary(), "--work-dir", work, "--store",
+       "etcd://" + absl::StrJoin(etcd.endpoints(), ",") + kPrefix, "--etcd-dir", secret, "--share",
+       kVolume, "--replica-id", "r0", "--pod-lease-ttl", "4s", "--resync", "200ms",
+       "--daemon-flag=--grace-period=2", "--daemon-flag=--lease-lifetime=2",
+       "--daemon-flag=--stop-timeout=2s"});
+  REQUIRE_MESSAGE(ctl.WaitOutput("vol-ha RUNNING epoch=1", milliseconds(30'000)), ctl.output());
+  // The pod took its lease in the TLS etcd (a plaintext pod could not).
+  const auto held = EtcdGet(*look, kLeaseKey);
+  REQUIRE(held.has_value());
+  CHECK(held->value().substr(0, 21) == "00000000000000000001 ");
+  // With the controller's files, the path made absolute.
+  bool pod_has_files = false;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto cmdline = base::ReadFile(entry.path().string() + "/cmdline");
+    if (!cmdline.ok() ||
+        base::CmdlineCarries(*cmdline, "--export-dir", work + "/" + kVolume + "/export") !=
+            base::CmdlineMatch::kYes) {
+      continue;
+    }
+    pod_has_files =
+        base::CmdlineCarries(*cmdline, "--lease-etcd-dir", secret) == base::CmdlineMatch::kYes;
+  }
+  CHECK(pod_has_files);
 }
 
 }  // namespace controller

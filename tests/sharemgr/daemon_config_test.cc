@@ -8,6 +8,8 @@
 
 #include "supervisor/event_loop.h"
 #include "supervisor/restart_policy.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_certs.h"
 
 namespace sharemgr {
 
@@ -205,6 +207,75 @@ TEST_CASE("serving lease flags that cannot work are refused, naming the flag") {
     const auto config = ResolveDaemonConfig(flags);
     REQUIRE_FALSE(config.ok());
     CHECK(std::string(config.status().message()).find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("--lease-etcd-*: etcd's mTLS for the serving lease, refused without --lease-etcd") {
+  testing_support::TempDir dir("lease-etcd-tls");
+  const testing_support::TestCa ca(dir.path(), "etcd-ca");
+  const auto cert = ca.Issue("pod", "share-manager", {"DNS:share-manager"});
+  const auto secret = testing_support::WriteSecretDir(dir.path() + "/secret", cert);
+
+  DaemonFlags flags;
+  CLI::App app;
+  AddDaemonFlags(app, flags);
+  // CLI11 takes a vector of arguments last first.
+  REQUIRE_NOTHROW(app.parse(std::vector<std::string>{
+      "etcd", "--lease-etcd-server-name", cert.ca, "--lease-etcd-ca", cert.key, "--lease-etcd-key",
+      cert.cert, "--lease-etcd-cert", "127.0.0.1:23790", "--lease-etcd", "2", "--epoch", "pvc-1",
+      "--volume"}));
+  auto config = ResolveDaemonConfig(flags);
+  REQUIRE_MESSAGE(config.ok(), config.status().ToString());
+  REQUIRE(config->lease->tls.has_value());
+  CHECK(config->lease->tls->cert == cert.cert);
+  CHECK(config->lease->tls->key == cert.key);
+  CHECK(config->lease->tls->ca == cert.ca);
+  CHECK(config->lease->tls_server_name == "etcd");
+  // The daemon's own --tls-* (its gRPC port) are another matter.
+  CHECK_FALSE(config->tls.has_value());
+
+  flags.lease_etcd_tls = {.dir = secret};
+  config = ResolveDaemonConfig(flags);
+  REQUIRE_MESSAGE(config.ok(), config.status().ToString());
+  CHECK(config->lease->tls->cert == secret + "/tls.crt");
+  CHECK(config->lease->tls->ca == secret + "/ca.crt");
+  CHECK(config->lease->tls_server_name.empty());  // each endpoint's host
+
+  flags.lease_etcd_tls = {};
+  config = ResolveDaemonConfig(flags);
+  REQUIRE(config.ok());
+  CHECK_FALSE(config->lease->tls.has_value());  // plaintext by default
+
+  struct Case {
+    base::TlsFlags tls;
+    bool with_lease_etcd;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{.cert = cert.cert}, false, "--lease-etcd-cert needs --lease-etcd"},
+      {{.key = cert.key}, false, "--lease-etcd-key needs --lease-etcd"},
+      {{.ca = cert.ca}, false, "--lease-etcd-ca needs --lease-etcd"},
+      {{.dir = secret}, false, "--lease-etcd-dir needs --lease-etcd"},
+      {{.server_name = "etcd"}, false, "--lease-etcd-server-name needs --lease-etcd"},
+      {{.cert = cert.cert, .ca = cert.ca}, true, "missing --lease-etcd-key"},
+      {{.cert = cert.cert, .dir = secret}, true, "--lease-etcd-dir replaces --lease-etcd-cert"},
+      {{.cert = cert.cert, .key = cert.key, .ca = dir.path() + "/none"},
+       true,
+       "--lease-etcd-ca " + dir.path() + "/none"},
+      {{.cert = cert.cert, .key = cert.cert, .ca = cert.ca}, true, "--lease-etcd-key"},
+      {{.server_name = "etcd"}, true, "--lease-etcd-server-name needs TLS"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    DaemonFlags f;
+    f.volume = "pvc-1";
+    f.epoch = 2;
+    if (c.with_lease_etcd) f.lease_etcd = "127.0.0.1:23790";
+    f.lease_etcd_tls = c.tls;
+    const auto refused = ResolveDaemonConfig(f);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(std::string(refused.status().message()).find(c.message) != std::string::npos);
+    CHECK(std::string(refused.status().message()).find("--tls-") == std::string::npos);
   }
 }
 
