@@ -268,9 +268,11 @@ run_mutant() {
   content=$(<"$file")
   printf '%s%s%s\n' "${content%%"${finds[i]}"*}" "${replaces[i]}" "${content#*"${finds[i]}"}" \
     >"$file"
+  # The suite too: a test binary that links the mutated code in-process
+  # would otherwise run its unmutated build, and the mutant "survive".
   # shellcheck disable=SC2086 # the targets are a space-separated list
   if ! run_job "$dir/mutant.log" cmake --build "$dir/src/build" -j $((jobs / slots)) \
-    --target ${builds[i]}; then
+    --target ${builds[i]} ${suites[i]}; then
     verdict=BROKEN
     detail="does not compile (a mutant must be a plausible bug, not a build error): $(grep -m1 'error' "$dir/mutant.log")"
   else
