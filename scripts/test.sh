@@ -39,7 +39,7 @@ echo "== AddressSanitizer + UBSan build"
 BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=ON
 echo "== all tests under ASan + UBSan"
 # detect_leaks stays on: a leak fails the test.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan -LE container -j2 --output-on-failure
 
 echo "== fuzzing (libFuzzer, ASan + UBSan: every parser of outside bytes, 20 s each from its seeds)"
