@@ -5,6 +5,10 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <fstream>
+#include <string>
+#include <thread>
+
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/require_ok.h"
 
@@ -41,6 +45,15 @@ TEST_CASE("a lease kept alive on one stream: each renewal answers its TTL, a rev
   CHECK(client->Current().index == 0);  // never moved on: nothing failed
 }
 
+// State T in /proc/<pid>/stat: the process is stopped.
+bool IsStopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+}
+
 TEST_CASE(
     "the member in use frozen: the renewal fails by its deadline, the next one is answered by the "
     "next member") {
@@ -51,6 +64,12 @@ TEST_CASE(
   REQUIRE(stream.KeepAlive(lease, In(milliseconds(5000))).ok());
   REQUIRE(client->Current().index == 0);
   testing_support::KillPid(cluster.pid(0), SIGSTOP);
+  // SIGSTOP takes effect asynchronously: under ASan's load the member once
+  // still answered the next keep-alive. Wait until it shows stopped (T).
+  for (int i = 0; i < 500 && !IsStopped(cluster.pid(0)); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  REQUIRE(IsStopped(cluster.pid(0)));
   const auto frozen = stream.KeepAlive(lease, In(milliseconds(1000)));
   CHECK(frozen.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(client->Current().index == 1);
