@@ -5,10 +5,9 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
-#include <fstream>
-#include <string>
 #include <thread>
 
+#include "base/proc.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/require_ok.h"
 
@@ -47,11 +46,8 @@ TEST_CASE("a lease kept alive on one stream: each renewal answers its TTL, a rev
 
 // State T in /proc/<pid>/stat: the process is stopped.
 bool IsStopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+  const auto stat = base::ReadProcStat(pid);
+  return stat && stat->state == 'T';
 }
 
 TEST_CASE(

@@ -68,10 +68,8 @@ long Ms(Clock::duration d) {
 
 // A process's state letter in /proc/PID/stat ('T' stopped), or 0.
 char ProcState(pid_t pid) {
-  const auto stat = base::ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat.ok()) return 0;
-  const auto close = stat->rfind(')');
-  return close != std::string::npos && close + 2 < stat->size() ? (*stat)[close + 2] : 0;
+  const auto stat = base::ReadProcStat(pid);
+  return stat ? stat->state : 0;
 }
 
 // Three replicas r0, r1, r2 (r0 started first, so it leads), one share, and

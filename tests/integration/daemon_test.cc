@@ -62,14 +62,9 @@ bool WaitGone(pid_t pid, milliseconds timeout) {
 
 // The parent pid and state letter from /proc/<pid>/stat; {0, 0} once it is gone.
 std::pair<pid_t, char> ParentAndState(pid_t pid) {
-  const std::string stat = ReadLocal("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return {0, 0};
-  std::istringstream rest(stat.substr(close + 2));
-  char state = 0;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return {ppid, state};
+  const auto stat = base::ReadProcStat(pid);
+  if (!stat) return {0, 0};
+  return {stat->ppid, stat->state};
 }
 
 // Gone, or a zombie: nothing runs any more.
@@ -83,14 +78,8 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = ReadLocal(entry.path().string() + "/stat");
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(std::stoi(name));
+    const pid_t pid = std::stoi(name);
+    if (ParentAndState(pid).first == parent) out.push_back(pid);
   }
   return out;
 }

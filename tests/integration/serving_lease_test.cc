@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "base/proc.h"
 #include "etcd/client.h"
 #include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
@@ -199,12 +200,9 @@ constexpr absl::Duration kNoticeSlack = absl::Milliseconds(500);
 // The process's state letter from /proc/PID/stat ('Z' zombie, 'T' stopped),
 // or nullopt once it is gone.
 std::optional<char> ProcessState(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return std::nullopt;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return std::nullopt;
-  return line[close + 2];
+  const auto stat = base::ReadProcStat(pid);
+  if (!stat) return std::nullopt;
+  return stat->state;
 }
 
 // SIGSTOPs etcd members; SIGCONTs them when it goes, pass or fail (the

@@ -17,9 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <thread>
 
+#include "base/proc.h"
 #include "tests/support/fake_time_source.h"
 #include "tests/support/pid_file.h"
 #include "tests/support/temp_dir.h"
@@ -813,17 +813,12 @@ TEST_CASE(
   REQUIRE(n == sizeof(grandchild));
   REQUIRE(grandchild > 0);
   // The kernel re-parents an orphan when its parent exits, before the parent can be reaped.
-  std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
-  std::string line;
-  std::getline(stat, line);
+  const auto stat = base::ReadProcStat(grandchild);
   kill(grandchild, SIGKILL);
   const pid_t reaped = waitpid(grandchild, nullptr, 0);  // only its parent can reap it
   CHECK(reaped == grandchild);
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  char state = 0;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  CHECK(ppid == getpid());
+  REQUIRE(stat.has_value());
+  CHECK(stat->ppid == getpid());
 }
 
 }  // namespace supervisor
