@@ -5,11 +5,10 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
-#include <thread>
-
 #include "base/proc.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/wait_for.h"
 
 namespace etcd {
 namespace {
@@ -62,10 +61,7 @@ TEST_CASE(
   testing_support::KillPid(cluster.pid(0), SIGSTOP);
   // SIGSTOP takes effect asynchronously: under ASan's load the member once
   // still answered the next keep-alive. Wait until it shows stopped (T).
-  for (int i = 0; i < 500 && !IsStopped(cluster.pid(0)); ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  REQUIRE(IsStopped(cluster.pid(0)));
+  REQUIRE(testing_support::WaitFor([&] { return IsStopped(cluster.pid(0)); }, milliseconds(5000)));
   const auto frozen = stream.KeepAlive(lease, In(milliseconds(1000)));
   CHECK(frozen.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(client->Current().index == 1);
