@@ -194,6 +194,15 @@ absl::StatusOr<int64_t> Number(const Block& block, absl::string_view key) {
   return n;
 }
 
+// A limit's line: absent is 0 (ganesha's own default: the renderer writes
+// only the limits that are set).
+absl::StatusOr<int64_t> Limit(const Block& block, absl::string_view key) {
+  for (const auto& [k, values] : block.params) {
+    if (k == key) return Number(block, key);
+  }
+  return 0;
+}
+
 #define ASSIGN_OR_RETURN(lhs, expr)           \
   do {                                        \
     auto value_ = (expr);                     \
@@ -209,8 +218,10 @@ absl::StatusOr<GaneshaConfigInput> ReadGaneshaConf(const std::string& text, bool
   if (auto s = ParseBody(lex, top, true); !s.ok()) return s;
   std::vector<std::string> names;
   for (const Block& b : top.blocks) names.push_back(b.name);
-  const std::string want = with_export ? "NFS_CORE_PARAM NFSv4 NFS_KRB5 LOG EXPORT"
-                                       : "NFS_CORE_PARAM NFSv4 NFS_KRB5 LOG";
+  // MDCACHE only when a cache limit is set.
+  const bool cache = names.size() > 2 && names[2] == "MDCACHE";
+  const std::string want = absl::StrCat("NFS_CORE_PARAM NFSv4 ", cache ? "MDCACHE " : "",
+                                        "NFS_KRB5 LOG", with_export ? " EXPORT" : "");
   if (absl::StrJoin(names, " ") != want) {
     return absl::InvalidArgumentError(absl::StrCat("blocks ", absl::StrJoin(names, " ")));
   }
@@ -225,6 +236,15 @@ absl::StatusOr<GaneshaConfigInput> ReadGaneshaConf(const std::string& text, bool
   ASSIGN_OR_RETURN(in.grace_seconds, Number(*v4, "Grace_Period"));
   ASSIGN_OR_RETURN(in.lease_seconds, Number(*v4, "Lease_Lifetime"));
   ASSIGN_OR_RETURN(in.recovery_root, One(*v4, "RecoveryRoot", true));
+  ASSIGN_OR_RETURN(in.limits.max_connections, Limit(*core, "RPC_Max_Connections"));
+  ASSIGN_OR_RETURN(in.limits.max_clients, Limit(*v4, "Max_Client_Ids"));
+  if (cache) {
+    const Block& mdcache = top.blocks[2];
+    if (mdcache.params.empty()) return absl::InvalidArgumentError("an empty MDCACHE block");
+    ASSIGN_OR_RETURN(in.limits.cache_entries, Limit(mdcache, "Entries_HWMark"));
+    ASSIGN_OR_RETURN(in.limits.dir_chunks, Limit(mdcache, "Chunks_HWMark"));
+    ASSIGN_OR_RETURN(in.limits.dir_chunk_entries, Limit(mdcache, "Dir_Chunk"));
+  }
   if (!with_export) return in;
 
   const Block* exp = nullptr;
@@ -301,6 +321,11 @@ std::string Diff(const GaneshaConfigInput& want, const GaneshaConfigInput& got, 
   field("grace_seconds", want.grace_seconds, got.grace_seconds);
   field("lease_seconds", want.lease_seconds, got.lease_seconds);
   field("recovery_root", want.recovery_root, got.recovery_root);
+  field("cache_entries", want.limits.cache_entries, got.limits.cache_entries);
+  field("dir_chunks", want.limits.dir_chunks, got.limits.dir_chunks);
+  field("dir_chunk_entries", want.limits.dir_chunk_entries, got.limits.dir_chunk_entries);
+  field("max_clients", want.limits.max_clients, got.limits.max_clients);
+  field("max_connections", want.limits.max_connections, got.limits.max_connections);
   if (!with_export) return diff;
   field("volume", want.volume, got.volume);
   field("export_dir", want.export_dir, got.export_dir);
