@@ -28,6 +28,12 @@ absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string&
   return d;
 }
 
+// A count flag's value, between `min` and `max` inclusive.
+absl::Status FlagWithin(absl::string_view flag, int64_t value, int64_t min, int64_t max) {
+  if (value >= min && value <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(flag, " must be between ", min, " and ", max));
+}
+
 using base::ValidateListen;
 
 constexpr char kLeaseTlsPrefix[] = "--lease-etcd-";
@@ -345,22 +351,12 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (f.longhorn_compat_bypasses_epoch && !f.longhorn_compat) {
     return absl::InvalidArgumentError("--longhorn-compat-bypasses-epoch needs --longhorn-compat");
   }
-  if (f.probe_failures < 1 || f.probe_failures > 100) {
-    return absl::InvalidArgumentError("--probe-failures must be between 1 and 100");
-  }
-  if (f.max_deaths < 0 || f.max_deaths > 1000) {
-    return absl::InvalidArgumentError("--max-deaths must be between 0 and 1000");
-  }
-  if (f.max_repairs < 0 || f.max_repairs > 1000) {
-    return absl::InvalidArgumentError("--max-repairs must be between 0 and 1000");
-  }
+  if (auto s = FlagWithin("--probe-failures", f.probe_failures, 1, 100); !s.ok()) return s;
+  if (auto s = FlagWithin("--max-deaths", f.max_deaths, 0, 1000); !s.ok()) return s;
+  if (auto s = FlagWithin("--max-repairs", f.max_repairs, 0, 1000); !s.ok()) return s;
   if (f.ganesha_bin.empty()) return absl::InvalidArgumentError("--ganesha-bin is empty");
-  if (f.max_watch_streams < 1 || f.max_watch_streams > 10'000) {
-    return absl::InvalidArgumentError("--max-watch-streams must be between 1 and 10000");
-  }
-  if (f.max_changes < 1 || f.max_changes > 1000) {
-    return absl::InvalidArgumentError("--max-changes must be between 1 and 1000");
-  }
+  if (auto s = FlagWithin("--max-watch-streams", f.max_watch_streams, 1, 10'000); !s.ok()) return s;
+  if (auto s = FlagWithin("--max-changes", f.max_changes, 1, 1000); !s.ok()) return s;
   auto max_volume_op_time =
       FlagDuration("--max-volume-op-time", f.max_volume_op_time, Duration(1000));
   if (!max_volume_op_time.ok()) return max_volume_op_time.status();

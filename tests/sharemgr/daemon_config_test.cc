@@ -313,13 +313,42 @@ TEST_CASE(
   CHECK(config.status().message() == "--longhorn-compat-bypasses-epoch needs --longhorn-compat");
 }
 
-TEST_CASE("--max-repairs beyond 1000 is refused, naming the range 0 to 1000") {
-  DaemonFlags flags;
-  flags.volume = "pvc-1";
-  flags.max_repairs = 1001;
-  const auto config = ResolveDaemonConfig(flags);
-  REQUIRE_FALSE(config.ok());
-  CHECK(config.status().message() == "--max-repairs must be between 0 and 1000");
+TEST_CASE(
+    "a count flag just outside its range is refused, naming the range, and its ends are taken") {
+  struct Case {
+    int64_t DaemonFlags::*flag;
+    const char* name;
+    int64_t min, max;
+    const char* refused;
+  };
+  const Case cases[] = {
+      {&DaemonFlags::probe_failures, "--probe-failures", 1, 100,
+       "--probe-failures must be between 1 and 100"},
+      {&DaemonFlags::max_deaths, "--max-deaths", 0, 1000,
+       "--max-deaths must be between 0 and 1000"},
+      {&DaemonFlags::max_repairs, "--max-repairs", 0, 1000,
+       "--max-repairs must be between 0 and 1000"},
+      {&DaemonFlags::max_watch_streams, "--max-watch-streams", 1, 10'000,
+       "--max-watch-streams must be between 1 and 10000"},
+      {&DaemonFlags::max_changes, "--max-changes", 1, 1000,
+       "--max-changes must be between 1 and 1000"},
+  };
+  for (const auto& c : cases) {
+    for (const int64_t value : {c.min - 1, c.min, c.max, c.max + 1}) {
+      CAPTURE(c.name);
+      CAPTURE(value);
+      DaemonFlags flags;
+      flags.volume = "pvc-1";
+      flags.*c.flag = value;
+      const auto config = ResolveDaemonConfig(flags);
+      if (value < c.min || value > c.max) {
+        REQUIRE_FALSE(config.ok());
+        CHECK(config.status().message() == c.refused);
+      } else {
+        CHECK(config.ok());
+      }
+    }
+  }
 }
 
 TEST_CASE(
