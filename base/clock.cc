@@ -62,4 +62,15 @@ absl::StatusOr<Duration> ParseDuration(std::string_view text) {
   return Duration(static_cast<int64_t>(std::llround(ms)));
 }
 
+absl::StatusOr<Duration> ParseFlagDuration(absl::string_view flag, std::string_view text,
+                                           Duration min) {
+  auto d = ParseDuration(text);
+  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", d.status().message()));
+  if (*d < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be at least ", FormatDuration(min)));
+  }
+  return d;
+}
+
 }  // namespace base

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace base {
 
@@ -46,5 +47,10 @@ std::string FormatDuration(Duration d);
 // Parses "250ms", "3s", "1.5s", "2m" or a bare number of seconds. Rejects
 // negatives, other units and values over a day.
 absl::StatusOr<Duration> ParseDuration(std::string_view text);
+
+// A flag's duration: ParseDuration, its error prefixed "FLAG: ", and one
+// under `min` refused as "FLAG must be at least MIN".
+absl::StatusOr<Duration> ParseFlagDuration(absl::string_view flag, std::string_view text,
+                                           Duration min = Duration(0));
 
 }  // namespace base

@@ -260,14 +260,8 @@ absl::StatusOr<std::optional<TlsFiles>> ResolveTlsFilesNamedTls(const TlsFlags& 
         "TLS needs --tls-cert, --tls-key and --tls-ca together (or --tls-dir); missing ",
         f.cert.empty() ? "--tls-cert" : (f.key.empty() ? "--tls-key" : "--tls-ca")));
   }
-  auto refresh = ParseDuration(f.refresh_interval);
-  if (!refresh.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls-refresh-interval: ", refresh.status().message()));
-  }
-  if (*refresh < std::chrono::seconds(1)) {
-    return absl::InvalidArgumentError("--tls-refresh-interval must be at least 1s");
-  }
+  auto refresh = ParseFlagDuration("--tls-refresh-interval", f.refresh_interval, Duration(1000));
+  if (!refresh.ok()) return refresh.status();
   TlsFiles files;
   // gRPC's watcher takes whole seconds.
   files.refresh = std::chrono::ceil<std::chrono::seconds>(*refresh);

@@ -11,26 +11,21 @@
 #include "base/fmt_absl.h"
 #include "base/validate.h"
 #include "controller/etcd_election.h"
+#include "etcd/lease_validity.h"
 
 namespace controller {
 namespace {
 
 using base::Duration;
 
-constexpr Duration kMinTtl{2000};     // etcd's shortest lease with its defaults
-constexpr Duration kMaxTtl{300'000};  // 5 min
 // The share-manager's --lease-prefix default, for a store without a prefix.
 constexpr char kDefaultPodLeasePrefix[] = "/sharemgr";
 
-// A whole-second TTL between kMinTtl and kMaxTtl (etcd counts leases in seconds).
+// A lease TTL flag's value, as etcd::ValidateLeaseTtl takes it.
 absl::StatusOr<Duration> Ttl(const std::string& flag, const std::string& text) {
-  auto d = base::ParseDuration(text);
-  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", d.status().message()));
-  if (*d < kMinTtl || *d > kMaxTtl || d->count() % 1000 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be whole seconds (etcd counts its leases in seconds) between ",
-                     base::FormatDuration(kMinTtl), " and ", base::FormatDuration(kMaxTtl)));
-  }
+  auto d = base::ParseFlagDuration(flag, text);
+  if (!d.ok()) return d.status();
+  if (auto s = etcd::ValidateLeaseTtl(flag, *d); !s.ok()) return s;
   return *d;
 }
 
@@ -94,11 +89,11 @@ absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const et
                          .drift_margin = etcd::DefaultLeaseDriftMargin(*pod_ttl),
                          .etcd_tls = store_tls};
   if (!flags.pod_lease_drift_margin.empty()) {
-    auto drift = base::ParseDuration(flags.pod_lease_drift_margin);
-    if (!drift.ok() || *drift > leases.ttl) {
+    auto drift = base::ParseFlagDuration("--pod-lease-drift-margin", flags.pod_lease_drift_margin);
+    if (!drift.ok()) return drift.status();
+    if (*drift > leases.ttl) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--pod-lease-drift-margin: ",
-                       drift.ok() ? "must not exceed --pod-lease-ttl" : drift.status().message()));
+          "--pod-lease-drift-margin: must not exceed --pod-lease-ttl");
     }
     leases.drift_margin = *drift;
   }

@@ -61,9 +61,9 @@ std::string SiblingBinary(const char* argv0, const std::string& name) {
 }
 
 int64_t ParseMs(const std::string& flag, const std::string& text) {
-  auto d = base::ParseDuration(text);
+  auto d = base::ParseFlagDuration(flag, text);
   if (!d.ok()) {
-    std::cerr << "share-controller: " << flag << ": " << d.status().message() << "\n";
+    std::cerr << "share-controller: " << d.status().message() << "\n";
     std::exit(2);
   }
   return d->count();

@@ -22,6 +22,15 @@ int64_t TtlSeconds(Duration ttl) {
   return std::chrono::duration_cast<std::chrono::seconds>(ttl).count();
 }
 
+absl::Status ValidateLeaseTtl(absl::string_view flag, Duration ttl) {
+  if (ttl >= kMinLeaseTtl && ttl <= kMaxLeaseTtl && ttl.count() % 1000 == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " must be whole seconds (etcd counts its leases in seconds) between ",
+      base::FormatDuration(kMinLeaseTtl), " and ", base::FormatDuration(kMaxLeaseTtl)));
+}
+
 Duration LeaseFenceMargin(Duration ttl) { return std::max(Duration(500), ttl / 5); }
 Duration LeaseRenewInterval(Duration ttl) { return ttl / 3; }
 Duration LeaseCallTimeout(Duration ttl) { return Clamp(ttl / 6, Duration(250), Duration(2000)); }

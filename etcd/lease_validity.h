@@ -16,12 +16,21 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "base/clock.h"
 
 namespace etcd {
 
 // The TTL as etcd takes it: whole seconds.
 int64_t TtlSeconds(base::Duration ttl);
+
+// The TTLs a lease flag takes (--lease-ttl, --leader-ttl, --pod-lease-ttl).
+inline constexpr base::Duration kMinLeaseTtl{2'000};    // etcd's shortest with its defaults
+inline constexpr base::Duration kMaxLeaseTtl{300'000};  // 5 min
+// A TTL between kMinLeaseTtl and kMaxLeaseTtl in whole seconds, else
+// InvalidArgument naming `flag` and that range.
+absl::Status ValidateLeaseTtl(absl::string_view flag, base::Duration ttl);
 
 // The derived timings, from the TTL.
 base::Duration LeaseFenceMargin(base::Duration ttl);    // max(500ms, TTL/5)

@@ -10,23 +10,14 @@
 #include "base/byte_size.h"
 #include "base/validate.h"
 #include "etcd/client.h"
+#include "etcd/lease_validity.h"
 #include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
 namespace {
 
 using base::Duration;
-
-absl::StatusOr<Duration> FlagDuration(absl::string_view flag, const std::string& text,
-                                      Duration min) {
-  auto d = base::ParseDuration(text);
-  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", d.status().message()));
-  if (*d < min) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " must be at least ", base::FormatDuration(min)));
-  }
-  return d;
-}
+using base::ParseFlagDuration;
 
 // A count flag's value, between `min` and `max` inclusive.
 absl::Status FlagWithin(absl::string_view flag, int64_t value, int64_t min, int64_t max) {
@@ -83,19 +74,14 @@ absl::StatusOr<std::optional<LeaseConfig>> ResolveLease(const DaemonFlags& f,
 
   Duration ttl = kDefaultLeaseTtl;
   if (!f.lease_ttl.empty()) {
-    auto parsed = FlagDuration("--lease-ttl", f.lease_ttl, kMinLeaseTtl);
+    auto parsed = ParseFlagDuration("--lease-ttl", f.lease_ttl, etcd::kMinLeaseTtl);
     if (!parsed.ok()) return parsed.status();
     ttl = *parsed;
   }
-  if (ttl > kMaxLeaseTtl || ttl.count() % 1000 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--lease-ttl must be whole seconds (etcd counts its leases in seconds) "
-        "between ",
-        base::FormatDuration(kMinLeaseTtl), " and ", base::FormatDuration(kMaxLeaseTtl)));
-  }
+  if (auto s = etcd::ValidateLeaseTtl("--lease-ttl", ttl); !s.ok()) return s;
   Duration drift = DefaultLeaseDriftMargin(ttl);
   if (!f.lease_drift_margin.empty()) {
-    auto parsed = FlagDuration("--lease-drift-margin", f.lease_drift_margin, Duration(0));
+    auto parsed = ParseFlagDuration("--lease-drift-margin", f.lease_drift_margin);
     if (!parsed.ok()) return parsed.status();
     if (*parsed > ttl) {
       return absl::InvalidArgumentError("--lease-drift-margin must not exceed --lease-ttl");
@@ -358,10 +344,10 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (auto s = FlagWithin("--max-watch-streams", f.max_watch_streams, 1, 10'000); !s.ok()) return s;
   if (auto s = FlagWithin("--max-changes", f.max_changes, 1, 1000); !s.ok()) return s;
   auto max_volume_op_time =
-      FlagDuration("--max-volume-op-time", f.max_volume_op_time, Duration(1000));
+      ParseFlagDuration("--max-volume-op-time", f.max_volume_op_time, Duration(1000));
   if (!max_volume_op_time.ok()) return max_volume_op_time.status();
   auto max_connection_age =
-      FlagDuration("--max-connection-age", f.max_connection_age, Duration(1000));
+      ParseFlagDuration("--max-connection-age", f.max_connection_age, Duration(1000));
   if (!max_connection_age.ok()) return max_connection_age.status();
 
   auto ganesha = GaneshaConfig::Create({
@@ -389,13 +375,13 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   if (!ganesha.ok()) return ganesha.status();
 
   supervisor::SupervisorOptions sup;
-  auto probe_interval = FlagDuration("--probe-interval", f.probe_interval, Duration(50));
-  auto start_timeout = FlagDuration("--start-timeout", f.start_timeout, Duration(100));
-  auto stop_timeout = FlagDuration("--stop-timeout", f.stop_timeout, Duration(0));
-  auto failed_linger = FlagDuration("--failed-linger", f.failed_linger, Duration(0));
-  auto death_window = FlagDuration("--death-window", f.death_window, Duration(1000));
-  auto repair_window = FlagDuration("--repair-window", f.repair_window, Duration(1000));
-  auto memory_grace = FlagDuration("--ganesha-memory-grace", f.ganesha_memory_grace, Duration(0));
+  auto probe_interval = ParseFlagDuration("--probe-interval", f.probe_interval, Duration(50));
+  auto start_timeout = ParseFlagDuration("--start-timeout", f.start_timeout, Duration(100));
+  auto stop_timeout = ParseFlagDuration("--stop-timeout", f.stop_timeout);
+  auto failed_linger = ParseFlagDuration("--failed-linger", f.failed_linger);
+  auto death_window = ParseFlagDuration("--death-window", f.death_window, Duration(1000));
+  auto repair_window = ParseFlagDuration("--repair-window", f.repair_window, Duration(1000));
+  auto memory_grace = ParseFlagDuration("--ganesha-memory-grace", f.ganesha_memory_grace);
   for (const auto* d : {&probe_interval, &start_timeout, &stop_timeout, &failed_linger,
                         &death_window, &repair_window, &memory_grace}) {
     if (!d->ok()) return d->status();
@@ -434,7 +420,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
   }
   std::optional<VolumeConfig> volume;
   auto volume_probe =
-      FlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
+      ParseFlagDuration("--volume-probe-interval", f.volume_probe_interval, Duration(50));
   if (!volume_probe.ok()) return volume_probe.status();
   // Longhorn's layout when nothing says otherwise: the volume's block device,
   // mounted at /export/<volume>.
@@ -448,7 +434,7 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
     // Not resolved: the device may appear later, and a by-id link is the point.
     auto normal_device = base::NormalizePath("--device", device, false);
     if (!normal_device.ok()) return normal_device.status();
-    auto device_timeout = FlagDuration("--device-timeout", f.device_timeout, Duration(0));
+    auto device_timeout = ParseFlagDuration("--device-timeout", f.device_timeout);
     if (!device_timeout.ok()) return device_timeout.status();
     for (const auto& o : mount_options) {
       if (auto s = base::ValidateOption("--mount-option", o, ","); !s.ok()) return s;

@@ -116,8 +116,6 @@ struct LeaseConfig {
 
 inline constexpr char kDefaultLeasePrefix[] = "/sharemgr";
 inline constexpr base::Duration kDefaultLeaseTtl{10'000};
-inline constexpr base::Duration kMinLeaseTtl{2'000};    // etcd's shortest with its defaults
-inline constexpr base::Duration kMaxLeaseTtl{300'000};  // 5 min
 
 struct DaemonConfig {
   GaneshaConfig ganesha;

@@ -25,6 +25,20 @@ TEST_CASE("ParseDuration rejects garbage with a message that shows the input") {
   }
 }
 
+TEST_CASE("ParseFlagDuration names the flag in its errors and holds the minimum") {
+  CHECK(*ParseFlagDuration("--wait", "1s", Duration(1000)) == Duration(1000));
+  CHECK(*ParseFlagDuration("--wait", "0s") == Duration(0));
+  const auto bad = ParseFlagDuration("--wait", "soon");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(bad.status().message() ==
+        "--wait: invalid duration 'soon' (examples: 250ms, 3s, 1.5s, 2m)");
+  const auto short_ = ParseFlagDuration("--wait", "999ms", Duration(1000));
+  REQUIRE_FALSE(short_.ok());
+  CHECK(short_.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(short_.status().message() == "--wait must be at least 1s");
+}
+
 TEST_CASE("FormatDuration is readable at every scale") {
   CHECK(FormatDuration(Duration(250)) == "250ms");
   CHECK(FormatDuration(Duration(3500)) == "3.5s");
