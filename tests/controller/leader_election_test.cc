@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "tests/support/fake_time_source.h"
+#include "tests/support/scripted_lease_store.h"
 
 namespace controller {
 namespace {
@@ -30,50 +31,22 @@ constexpr Duration kCallTimeout = seconds(1);
 constexpr Duration kRetryPause = milliseconds(300);
 constexpr int64_t kToken = 4242;
 
-// A store answering as each test scripts it; records every call's time and
-// deadline (on the fake clock).
-class FakeBackend final : public ElectionBackend {
+// The election's store, as each test scripts it.
+class FakeBackend final : public ElectionBackend,
+                          public testing_support::ScriptedLeaseStore<Campaign, Renewal> {
  public:
-  struct Call {
-    TimePoint at;
-    TimePoint deadline;
-  };
-
-  std::function<absl::StatusOr<Campaign>(TimePoint deadline)> try_lead = [](TimePoint) {
-    return Campaign{.won = true, .token = kToken, .granted_ttl_seconds = 6};
-  };
-  std::function<absl::StatusOr<bool>(TimePoint deadline)> wait_vacant = [](TimePoint) {
-    return true;
-  };
-  std::function<absl::StatusOr<Renewal>(TimePoint deadline)> keep_alive = [](TimePoint) {
-    return Renewal{.ttl_seconds = 6};
-  };
-
-  explicit FakeBackend(testing_support::FakeTimeSource& clock) : clock_(clock) {}
+  explicit FakeBackend(testing_support::FakeTimeSource& clock)
+      : ScriptedLeaseStore(clock, Campaign{.won = true, .token = kToken, .granted_ttl_seconds = 6},
+                           Renewal{.ttl_seconds = 6}) {}
 
   absl::StatusOr<Campaign> TryLead(int64_t ttl_seconds, TimePoint deadline) override {
-    campaigns.push_back({clock_.Now(), deadline});
-    asked_ttl = ttl_seconds;
-    return try_lead(deadline);
+    return AnswerAcquire(ttl_seconds, deadline);
   }
-  absl::StatusOr<bool> WaitVacant(TimePoint deadline) override {
-    waits.push_back({clock_.Now(), deadline});
-    return wait_vacant(deadline);
-  }
+  absl::StatusOr<bool> WaitVacant(TimePoint deadline) override { return AnswerWait(deadline); }
   absl::StatusOr<Renewal> KeepAlive(TimePoint deadline) override {
-    renewals.push_back({clock_.Now(), deadline});
-    return keep_alive(deadline);
+    return AnswerKeepAlive(deadline);
   }
-  absl::Status Resign(TimePoint deadline) override {
-    resignations.push_back({clock_.Now(), deadline});
-    return absl::OkStatus();
-  }
-
-  std::vector<Call> campaigns, waits, renewals, resignations;
-  int64_t asked_ttl = 0;
-
- private:
-  testing_support::FakeTimeSource& clock_;
+  absl::Status Resign(TimePoint deadline) override { return AnswerRelease(deadline); }
 };
 
 struct Fixture {
@@ -87,19 +60,7 @@ struct Fixture {
                             .deposed = [this](const std::string& why) { deposed.push_back(why); }}};
   const TimePoint t0 = clock.Now();
 
-  // Steps the keeper the way its thread does, until the clock reaches `until`
-  // (or the keeper has nothing left to do).
-  void RunUntil(TimePoint until) {
-    for (int guard = 0; guard < 10'000; ++guard) {
-      const TimePoint next = election.Step();
-      if (next == TimePoint::max() || next > until) {
-        clock.AdvanceTo(until);
-        return;
-      }
-      clock.AdvanceTo(next);
-    }
-    FAIL("the keeper does not get on");
-  }
+  void RunUntil(TimePoint until) { testing_support::StepKeeperUntil(election, clock, until); }
 };
 
 }  // namespace
@@ -114,9 +75,9 @@ TEST_CASE(
   REQUIRE(f.elected.size() == 1);
   CHECK(f.elected[0] == kToken);
   CHECK(f.election.token() == kToken);
-  REQUIRE(f.backend.campaigns.size() == 1);
+  REQUIRE(f.backend.acquires.size() == 1);
   CHECK(f.backend.asked_ttl == 6);
-  CHECK(f.backend.campaigns[0].deadline == f.t0 + kCallTimeout);
+  CHECK(f.backend.acquires[0].deadline == f.t0 + kCallTimeout);
   CHECK(next == f.t0 + kRenew);
   CHECK(f.election.valid_until() == f.t0 + kTtl - kMargin);
   CHECK(f.election.LeadingAt(f.t0 + kTtl - kMargin - milliseconds(1)));
@@ -146,12 +107,12 @@ TEST_CASE("the leadership is renewed every TTL/3, each renewal counted from its 
 TEST_CASE("another leads: follow it, never elected, campaign again only once its key is gone") {
   Fixture f;
   bool held_by_b = true;
-  f.backend.try_lead = [&](TimePoint) {
+  f.backend.acquire = [&](TimePoint) {
     if (held_by_b) return Campaign{.won = false, .leader = "ctl-b"};
     return Campaign{.won = true, .token = kToken + 1, .granted_ttl_seconds = 6};
   };
   // The watch waits its whole slice, as it would while ctl-b keeps renewing.
-  f.backend.wait_vacant = [&](TimePoint deadline) -> absl::StatusOr<bool> {
+  f.backend.wait_released = [&](TimePoint deadline) -> absl::StatusOr<bool> {
     if (!held_by_b) return true;
     f.clock.AdvanceTo(deadline);
     return false;
@@ -159,7 +120,7 @@ TEST_CASE("another leads: follow it, never elected, campaign again only once its
   f.RunUntil(f.t0 + seconds(10));
   CHECK(f.elected.empty());
   CHECK_FALSE(f.election.LeadingAt(f.clock.Now()));
-  CHECK(f.backend.campaigns.size() == 1);  // following is watching, not campaigning
+  CHECK(f.backend.acquires.size() == 1);  // following is watching, not campaigning
   REQUIRE(f.backend.waits.size() >= 9);
   for (const auto& wait : f.backend.waits) CHECK(wait.deadline == wait.at + kCallTimeout);
 
@@ -169,26 +130,26 @@ TEST_CASE("another leads: follow it, never elected, campaign again only once its
   f.RunUntil(gone + milliseconds(1));
   REQUIRE(f.elected.size() == 1);
   CHECK(f.elected[0] == kToken + 1);
-  REQUIRE(f.backend.campaigns.size() == 2);
-  CHECK(f.backend.campaigns[1].at == gone);
+  REQUIRE(f.backend.acquires.size() == 2);
+  CHECK(f.backend.acquires[1].at == gone);
   CHECK(f.election.LeadingAt(gone));
 }
 
 TEST_CASE("a campaign or a watch failing is retried after a pause, never taken as elected") {
   Fixture f;
   int failures = 2;
-  f.backend.try_lead = [&](TimePoint) -> absl::StatusOr<Campaign> {
+  f.backend.acquire = [&](TimePoint) -> absl::StatusOr<Campaign> {
     if (failures-- > 0) return absl::UnavailableError("no quorum");
     return Campaign{.won = false, .leader = "ctl-b"};
   };
-  f.backend.wait_vacant = [&](TimePoint) -> absl::StatusOr<bool> {
+  f.backend.wait_released = [&](TimePoint) -> absl::StatusOr<bool> {
     return absl::UnavailableError("member down");
   };
   f.RunUntil(f.t0 + seconds(1));
   CHECK(f.elected.empty());
-  REQUIRE(f.backend.campaigns.size() == 3);
-  CHECK(f.backend.campaigns[1].at == f.t0 + kRetryPause);
-  CHECK(f.backend.campaigns[2].at == f.t0 + kRetryPause * 2);
+  REQUIRE(f.backend.acquires.size() == 3);
+  CHECK(f.backend.acquires[1].at == f.t0 + kRetryPause);
+  CHECK(f.backend.acquires[2].at == f.t0 + kRetryPause * 2);
   REQUIRE(f.backend.waits.size() >= 2);
   CHECK(f.backend.waits[1].at == f.backend.waits[0].at + kRetryPause);
 }
@@ -210,9 +171,9 @@ TEST_CASE("renewals failing: retried, still leading until valid_until, deposed r
   CHECK(f.deposed[0].find("member down") != std::string::npos);
   CHECK_FALSE(f.election.LeadingAt(valid_until - milliseconds(1)));  // final
   // Deposed is final: no more campaigns, renewals or hooks.
-  const size_t campaigns = f.backend.campaigns.size();
+  const size_t campaigns = f.backend.acquires.size();
   f.RunUntil(valid_until + seconds(30));
-  CHECK(f.backend.campaigns.size() == campaigns);
+  CHECK(f.backend.acquires.size() == campaigns);
   CHECK(f.deposed.size() == 1);
   CHECK(f.elected.size() == 1);
 }
@@ -268,7 +229,7 @@ TEST_CASE("stopping: resigns only a leadership won, and never says deposed") {
     Fixture f;
     f.election.Step();
     CHECK(f.election.Stop(LeaderElection::StopMode::kResign).ok());
-    CHECK(f.backend.resignations.size() == 1);
+    CHECK(f.backend.releases.size() == 1);
     CHECK_FALSE(f.election.LeadingAt(f.t0));
     CHECK(f.deposed.empty());
   }
@@ -276,15 +237,15 @@ TEST_CASE("stopping: resigns only a leadership won, and never says deposed") {
     Fixture f;
     f.election.Step();
     CHECK(f.election.Stop(LeaderElection::StopMode::kLetExpire).ok());
-    CHECK(f.backend.resignations.empty());
+    CHECK(f.backend.releases.empty());
     CHECK_FALSE(f.election.LeadingAt(f.t0));
   }
   SUBCASE("following") {
     Fixture f;
-    f.backend.try_lead = [](TimePoint) { return Campaign{.won = false, .leader = "ctl-b"}; };
+    f.backend.acquire = [](TimePoint) { return Campaign{.won = false, .leader = "ctl-b"}; };
     f.election.Step();
     CHECK(f.election.Stop(LeaderElection::StopMode::kResign).ok());
-    CHECK(f.backend.resignations.empty());
+    CHECK(f.backend.releases.empty());
   }
 }
 
@@ -293,7 +254,7 @@ TEST_CASE("the keeper thread: elected, keeps leading, and Stop joins it and resi
   base::SteadyTimeSource clock;
   testing_support::FakeTimeSource unused;
   FakeBackend backend(unused);
-  backend.try_lead = [](TimePoint) {
+  backend.acquire = [](TimePoint) {
     return Campaign{.won = true, .token = kToken, .granted_ttl_seconds = 30};
   };
   backend.keep_alive = [](TimePoint) { return Renewal{.ttl_seconds = 30}; };
@@ -313,7 +274,7 @@ TEST_CASE("the keeper thread: elected, keeps leading, and Stop joins it and resi
   }
   CHECK(election.LeadingAt(clock.Now()));
   CHECK(election.Stop(LeaderElection::StopMode::kResign).ok());
-  CHECK(backend.resignations.size() == 1);
+  CHECK(backend.releases.size() == 1);
   CHECK_FALSE(election.LeadingAt(clock.Now()));
 }
 

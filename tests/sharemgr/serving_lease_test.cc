@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "tests/support/fake_time_source.h"
 #include "tests/support/log_capture.h"
+#include "tests/support/scripted_lease_store.h"
 #include "tests/support/wait_for.h"
 
 namespace sharemgr {
@@ -36,59 +37,23 @@ constexpr Duration kCallTimeout = milliseconds(1500);
 constexpr Duration kDrift = milliseconds(700);
 constexpr Duration kAcquireTimeout = seconds(40);
 
-// A store answering as each test scripts it; records every call's time and
-// deadline (on the fake clock).
-class FakeBackend final : public LeaseBackend {
+// The serving lease's store, as each test scripts it.
+class FakeBackend final : public LeaseBackend,
+                          public testing_support::ScriptedLeaseStore<Attempt, Renewal> {
  public:
-  struct Call {
-    TimePoint at;
-    TimePoint deadline;
-  };
-
-  std::function<absl::StatusOr<Attempt>(TimePoint deadline)> acquire = [](TimePoint) {
-    return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = 9};
-  };
-  std::function<absl::StatusOr<bool>(TimePoint deadline)> wait_released = [](TimePoint) {
-    return true;
-  };
-  std::function<absl::StatusOr<Renewal>(TimePoint deadline)> keep_alive = [](TimePoint) {
-    return Renewal{.ttl_seconds = 9};
-  };
-
-  explicit FakeBackend(testing_support::FakeTimeSource& clock) : clock_(clock) {}
+  explicit FakeBackend(testing_support::FakeTimeSource& clock)
+      : ScriptedLeaseStore(clock,
+                           Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = 9},
+                           Renewal{.ttl_seconds = 9}) {}
 
   absl::StatusOr<Attempt> TryAcquire(int64_t ttl_seconds, TimePoint deadline) override {
-    acquires.push_back({clock_.Now(), deadline});
-    asked_ttl = ttl_seconds;
-    return acquire(deadline);
+    return AnswerAcquire(ttl_seconds, deadline);
   }
-  absl::StatusOr<bool> WaitReleased(TimePoint deadline) override {
-    waits.push_back({clock_.Now(), deadline});
-    return wait_released(deadline);
-  }
+  absl::StatusOr<bool> WaitReleased(TimePoint deadline) override { return AnswerWait(deadline); }
   absl::StatusOr<Renewal> KeepAlive(TimePoint deadline) override {
-    renewals.push_back({clock_.Now(), deadline});
-    return keep_alive(deadline);
+    return AnswerKeepAlive(deadline);
   }
-  absl::Status Revoke(TimePoint deadline) override {
-    revokes.push_back({clock_.Now(), deadline});
-    return absl::OkStatus();
-  }
-
-  // A call that hangs until its deadline.
-  template <typename T>
-  std::function<absl::StatusOr<T>(TimePoint)> Hang() {
-    return [this](TimePoint deadline) -> absl::StatusOr<T> {
-      clock_.AdvanceTo(deadline);
-      return absl::DeadlineExceededError("no answer");
-    };
-  }
-
-  std::vector<Call> acquires, waits, renewals, revokes;
-  int64_t asked_ttl = 0;
-
- private:
-  testing_support::FakeTimeSource& clock_;
+  absl::Status Revoke(TimePoint deadline) override { return AnswerRelease(deadline); }
 };
 
 struct Fixture {
@@ -110,19 +75,7 @@ struct Fixture {
               [this](TimePoint until) { renewed.emplace_back(until, lease.valid_until()); }}};
   const TimePoint t0 = clock.Now();
 
-  // Steps the keeper the way its thread does, until the clock reaches `until`
-  // (or the keeper has nothing left to do).
-  void RunUntil(TimePoint until) {
-    for (int guard = 0; guard < 10'000; ++guard) {
-      const TimePoint next = lease.Step();
-      if (next == TimePoint::max() || next > until) {
-        clock.AdvanceTo(until);
-        return;
-      }
-      clock.AdvanceTo(next);
-    }
-    FAIL("the keeper does not get on");
-  }
+  void RunUntil(TimePoint until) { testing_support::StepKeeperUntil(lease, clock, until); }
 };
 
 }  // namespace
@@ -171,7 +124,7 @@ TEST_CASE("an acquire confirmed only after its validity ended is lost, never ser
   CHECK_FALSE(f.lease.ValidAt(f.clock.Now()));
   CHECK_FALSE(f.lease.valid_until().has_value());
   REQUIRE(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
-  CHECK(f.backend.revokes.size() == 1);
+  CHECK(f.backend.releases.size() == 1);
 }
 
 TEST_CASE("the lease is renewed every TTL/3, each renewal counted from its send time") {
@@ -438,20 +391,20 @@ TEST_CASE("stopping: revokes a lease taken (kRevoke) and only then, nothing vali
     Fixture f;
     f.lease.Step();
     CHECK(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
-    REQUIRE(f.backend.revokes.size() == 1);
-    CHECK(f.backend.revokes[0].deadline == f.t0 + kCallTimeout);
+    REQUIRE(f.backend.releases.size() == 1);
+    CHECK(f.backend.releases[0].deadline == f.t0 + kCallTimeout);
     CHECK_FALSE(f.lease.ValidAt(f.t0));
     CHECK(f.lease.Step() == TimePoint::max());
     CHECK(f.backend.renewals.empty());
     // Stopping twice revokes once.
     CHECK(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
-    CHECK(f.backend.revokes.size() == 1);
+    CHECK(f.backend.releases.size() == 1);
   }
   SUBCASE("held, kLetExpire") {
     Fixture f;
     f.lease.Step();
     CHECK(f.lease.Stop(ServingLease::StopMode::kLetExpire).ok());
-    CHECK(f.backend.revokes.empty());
+    CHECK(f.backend.releases.empty());
     CHECK_FALSE(f.lease.ValidAt(f.t0));
   }
   SUBCASE("never taken") {
@@ -461,7 +414,7 @@ TEST_CASE("stopping: revokes a lease taken (kRevoke) and only then, nothing vali
     };
     f.lease.Step();
     CHECK(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
-    CHECK(f.backend.revokes.empty());
+    CHECK(f.backend.releases.empty());
   }
   SUBCASE("lost after being held: revoked all the same (the replacement need not wait)") {
     Fixture f;
@@ -472,7 +425,7 @@ TEST_CASE("stopping: revokes a lease taken (kRevoke) and only then, nothing vali
     f.RunUntil(f.t0 + kRenew);
     REQUIRE(f.lost.size() == 1);
     CHECK(f.lease.Stop(ServingLease::StopMode::kRevoke).ok());
-    CHECK(f.backend.revokes.size() == 1);
+    CHECK(f.backend.releases.size() == 1);
   }
 }
 
@@ -501,7 +454,7 @@ TEST_CASE("the keeper thread: takes the lease, keeps it, and Stop joins it and r
   }
   CHECK(lease.ValidAt(clock.Now()));
   CHECK(lease.Stop(ServingLease::StopMode::kRevoke).ok());
-  CHECK(backend.revokes.size() == 1);
+  CHECK(backend.releases.size() == 1);
   CHECK_FALSE(lease.ValidAt(clock.Now()));
 }
 
