@@ -28,6 +28,18 @@ struct FakeLoop {
   void Post(std::function<void()> task) { std::thread(std::move(task)).detach(); }
 };
 
+// Commands run on `loop`: a mount answers its generation, an unmount is
+// counted in `unmounts` (both outlive the service that calls them).
+ShareCommands MountAndCountUnmounts(FakeLoop& loop, std::atomic<int>& unmounts) {
+  return ShareCommands{.post = [&loop](std::function<void()> t) { loop.Post(std::move(t)); },
+                       .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
+                       .unmount =
+                           [&unmounts] {
+                             ++unmounts;
+                             return absl::OkStatus();
+                           }};
+}
+
 using SystemClock = std::chrono::system_clock;
 
 // A supervisor loop that is busy for good: it takes every task and never runs
@@ -104,16 +116,8 @@ TEST_CASE("a fenced share-manager refuses mutations carrying another epoch or no
   StatusBoard board;
   FakeLoop loop;
   std::atomic<int> unmounts{0};
-  ShareService service(
-      board,
-      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
-                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
-                    .unmount =
-                        [&] {
-                          ++unmounts;
-                          return absl::OkStatus();
-                        }},
-      ShareServiceLimits{.epoch = 3});
+  ShareService service(board, MountAndCountUnmounts(loop, unmounts),
+                       ShareServiceLimits{.epoch = 3});
   grpc::ServerContext context;
   v1::MountRequest request;
   v1::MountResponse response;
@@ -196,16 +200,7 @@ TEST_CASE(
   StatusBoard board;
   FakeLoop loop;
   std::atomic<int> unmounts{0};
-  ShareService service(
-      board,
-      ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
-                    .mount = [](uint64_t g) -> absl::StatusOr<uint64_t> { return g; },
-                    .unmount =
-                        [&] {
-                          ++unmounts;
-                          return absl::OkStatus();
-                        }},
-      ShareServiceLimits{});
+  ShareService service(board, MountAndCountUnmounts(loop, unmounts), ShareServiceLimits{});
   grpc::ServerContext context;
   v1::MountRequest request;
   v1::MountResponse response;
