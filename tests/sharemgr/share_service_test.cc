@@ -23,9 +23,15 @@ namespace {
 namespace v1 = sharemanager::v1;
 using std::chrono::milliseconds;
 
-// Stands in for the supervisor loop: runs each posted task on a thread.
+// Stands in for the supervisor loop: runs each posted task on a thread of its
+// own, all joined when it ends (declare it after what its tasks touch).
 struct FakeLoop {
-  void Post(std::function<void()> task) { std::thread(std::move(task)).detach(); }
+  void Post(std::function<void()> task) {
+    std::lock_guard lock(mu);
+    threads.emplace_back(std::move(task));
+  }
+  std::mutex mu;
+  std::vector<std::jthread> threads;
 };
 
 // Commands run on `loop`: a mount answers its generation, an unmount is
@@ -114,8 +120,8 @@ TEST_CASE(
 
 TEST_CASE("a fenced share-manager refuses mutations carrying another epoch or none") {
   StatusBoard board;
-  FakeLoop loop;
   std::atomic<int> unmounts{0};
+  FakeLoop loop;
   ShareService service(board, MountAndCountUnmounts(loop, unmounts),
                        ShareServiceLimits{.epoch = 3});
   grpc::ServerContext context;
@@ -152,8 +158,8 @@ TEST_CASE("a fenced share-manager refuses mutations carrying another epoch or no
 
 TEST_CASE("volume operations get a capped deadline, and their refusal verbatim") {
   StatusBoard board;
-  FakeLoop loop;
   std::vector<ShareCommands::Deadline> seen;
+  FakeLoop loop;
   ShareService service(
       board,
       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
@@ -198,8 +204,8 @@ TEST_CASE(
     "an unfenced share-manager takes epoch 0 and refuses a call meant for an epoch, saying it is "
     "unfenced and naming both epochs") {
   StatusBoard board;
-  FakeLoop loop;
   std::atomic<int> unmounts{0};
+  FakeLoop loop;
   ShareService service(board, MountAndCountUnmounts(loop, unmounts), ShareServiceLimits{});
   grpc::ServerContext context;
   v1::MountRequest request;
@@ -229,10 +235,10 @@ TEST_CASE(
 
 TEST_CASE("mutations beyond the cap are refused with RESOURCE_EXHAUSTED, the slot comes back") {
   StatusBoard board;
-  FakeLoop loop;
   absl::Mutex mu;
   bool release = false;
   std::atomic<int> running{0};
+  FakeLoop loop;
   ShareService service(
       board,
       ShareCommands{.post = [&](std::function<void()> t) { loop.Post(std::move(t)); },
