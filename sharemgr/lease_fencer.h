@@ -10,7 +10,10 @@
 //    lease-fencer`): a fresh single-threaded process in a process group of
 //    its own, not a fork of this multithreaded one;
 //  - holds ganesha's pidfd, passed over a socket (so never another process
-//    that got ganesha's pid), armed anew for each ganesha;
+//    that got ganesha's pid), armed anew for each ganesha while its child
+//    still waits at its start gate, before it execs ganesha;
+//  - is extended by the keeper's thread at each renewal, not through the
+//    loop, which may be the part that stalls;
 //  - keeps the lease's valid_until as an absolute CLOCK_BOOTTIME point (a
 //    suspend counts) and SIGKILLs ganesha when it passes;
 //  - when the socket ends (share-manager died), SIGKILLs an armed ganesha at
