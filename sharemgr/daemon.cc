@@ -550,12 +550,14 @@ void Daemon::CheckLease() {
                             " of the last one sent (TTL minus the fence margin)"));
     return;
   }
-  if (auto told = fencer_->Extend(*until); !told.ok()) {
-    FenceLease(std::string(told.message()));
-    return;
-  }
   // Each renewal the keeper confirms comes back here (its renewed hook).
   lease_timer_->ArmAt(*until);
+}
+
+void Daemon::ExtendFencer(base::TimePoint valid_until) {
+  if (auto told = fencer_->Extend(valid_until); !told.ok()) {
+    loop_.Post([this, why = std::string(told.message())] { FenceLease(why); });
+  }
 }
 
 void Daemon::FenceLease(const std::string& why) {
@@ -575,14 +577,20 @@ void Daemon::FenceLease(const std::string& why) {
   PublishShare();
 }
 
-void Daemon::ArmFencer(const supervisor::ChildProcess& ganesha) {
-  // valid_until was checked by the spawn gate a moment ago; unset now, the
-  // fencer kills at once.
-  auto armed = fencer_->Arm(ganesha, lease_->valid_until().value_or(base::TimePoint{}));
-  if (armed.ok()) return;
-  // Unguarded, it must not serve.
-  ganesha.SignalGroup(SIGKILL);
+absl::Status Daemon::ArmFencer(const supervisor::ChildProcess& ganesha) {
+  // Until the last valid_until the keeper told it (none: at once).
+  auto armed = fencer_->Arm(ganesha);
+  // valid_until was checked by the spawn gate, but this process may have
+  // stalled since (between the fork and now): then the lease may be over,
+  // and ganesha must not run even until the fencer's kill lands.
+  if (armed.ok() && !lease_->ValidAt(lease_clock_.Now())) {
+    armed = absl::FailedPreconditionError(absl::StrCat(
+        "the serving lease's validity ended before ganesha pid ", ganesha.pid(), " could start"));
+  }
+  if (armed.ok()) return armed;
+  // Not from inside the supervisor's spawn: FenceLease fails the supervisor.
   loop_.Post([this, why = std::string(armed.message())] { FenceLease(why); });
+  return armed;
 }
 
 void Daemon::StartGanesha() {
@@ -631,15 +639,26 @@ int Daemon::Run() {
     fencer_ = *std::move(fencer);
     lease_timer_.emplace(
         loop_, [this] { CheckLease(); }, CLOCK_BOOTTIME);
-    // The keeper's thread hands everything to the loop.
+    // The keeper's thread hands everything to the loop, but for the fencer's
+    // extensions.
     lease_.emplace(
         *lease_backend_, lease_clock_, config_.lease->options,
         ServingLease::Hooks{
-            .taken = [this] { loop_.Post([this] { OnLeaseTaken(); }); },
+            .taken =
+                [this] {
+                  // The fencer knows the validity before any ganesha is armed.
+                  if (const auto until = lease_->valid_until()) ExtendFencer(*until);
+                  loop_.Post([this] { OnLeaseTaken(); });
+                },
             .lost =
                 [this](const std::string& why) { loop_.Post([this, why] { FenceLease(why); }); },
-            // The new valid_until to the fencer and the lease timer.
-            .renewed = [this](base::TimePoint) { loop_.Post([this] { CheckLease(); }); },
+            // The new valid_until to the fencer from this thread, to the
+            // lease timer through the loop.
+            .renewed =
+                [this](base::TimePoint valid_until) {
+                  ExtendFencer(valid_until);
+                  loop_.Post([this] { CheckLease(); });
+                },
         });
   }
   board_.Update([&](v1::ShareStatus& s) {
@@ -678,10 +697,11 @@ int Daemon::Run() {
   });
   if (lease_) {
     // Every ganesha (the first, each restart) starts only under a valid
-    // lease, and the fencer guards it from its first moment.
+    // lease, and runs nothing before the fencer guards it (it waits at its
+    // start gate until armed).
     sup_->SetSpawnHooks({
         .may_spawn = [this] { return LeaseAllowsServing(); },
-        .spawned = [this](const supervisor::ChildProcess& ganesha) { ArmFencer(ganesha); },
+        .spawned = [this](const supervisor::ChildProcess& ganesha) { return ArmFencer(ganesha); },
     });
     // Nothing of the volume is touched (no fsck, no mount) before the lease
     // is held: an older holder may still be using it. A SIGTERM meanwhile
@@ -711,7 +731,8 @@ int Daemon::Shutdown() {
     monitor_.reset();
   }
   sup_.reset();  // ganesha is gone after this
-  // Its guard too, now: nothing left for it to kill.
+  // Its guard too, now: nothing left for it to kill. (The keeper may still
+  // extend it: refused, and the fence that posts is never run.)
   if (fencer_) {
     if (auto exit = fencer_->Stop(kFencerStopTime); !exit.ok()) {
       spdlog::error("lease fencer: {}", exit.status().message());

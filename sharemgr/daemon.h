@@ -59,10 +59,15 @@ class Daemon {
   // serving lease, once it is taken with one.
   void BeginServing();
   void OnLeaseTaken();
-  // Fences when valid_until has passed; else tells the fencer the current
-  // valid_until and re-arms lease_timer_ for it. On the loop: when serving
-  // is to start, at each renewal the keeper confirms, at valid_until.
+  // Fences when valid_until has passed; else re-arms lease_timer_ for it. On
+  // the loop: when serving is to start, at each renewal the keeper
+  // confirms, at valid_until.
   void CheckLease();
+  // The new valid_until to the fencer; a fencer that cannot be told fences
+  // (posted to the loop). Keeper thread: it takes and renews the lease, and
+  // tells the fencer itself, so that a stalled loop cannot keep a renewal
+  // from it (the fencer would kill a ganesha whose lease is valid).
+  void ExtendFencer(base::TimePoint valid_until);
   // Whether serving may start or go on now: always without a lease; with
   // one, only while it is valid. An expired lease is fenced here (a lost one
   // by the keeper's hook, already posted).
@@ -70,8 +75,10 @@ class Daemon {
   // The lease is lost: ganesha SIGKILLed, the volume no longer touched (every
   // operation refused, unmounted at once), the export withdrawn, FAILED, exit 6.
   void FenceLease(const std::string& why);
-  // A new ganesha: the fencer kills it at valid_until unless told otherwise.
-  void ArmFencer(const supervisor::ChildProcess& ganesha);
+  // A new ganesha, held at its start gate: the fencer kills it at
+  // valid_until unless told otherwise. An error (the fencer not told, or the
+  // lease over meanwhile) fences (posted), and the ganesha never runs.
+  absl::Status ArmFencer(const supervisor::ChildProcess& ganesha);
   void OnVolumePrepared(const absl::Status& status);
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
@@ -116,16 +123,19 @@ class Daemon {
   std::unique_ptr<CappedListener> health_listener_;
   std::optional<HealthPublisher> health_;
   std::thread server_stopper_;
-  // The serving lease (--lease-etcd): its store, its keeper (whose thread
-  // posts to loop_), the loop's own timer at valid_until, which fences even
-  // while the keeper waits on a store call, and the fencer process, which
-  // kills ganesha at valid_until even when this process cannot run. All on
-  // CLOCK_BOOTTIME: a suspend does not stretch the lease.
+  // The serving lease (--lease-etcd): its store, the fencer process, which
+  // kills ganesha at valid_until even when this process cannot run, its
+  // keeper (whose thread posts to loop_ and extends fencer_, which therefore
+  // outlives it), the loop's own timer at valid_until, which fences even
+  // while the keeper waits on a store call. All on CLOCK_BOOTTIME: a suspend
+  // does not stretch the lease.
   const base::TimeSource& lease_clock_ = base::BootClock();
   std::unique_ptr<LeaseBackend> lease_backend_;
+  // Armed and stopped on the loop, extended by the keeper's thread (its own
+  // mutex); set before the keeper starts, never reset before it is joined.
+  std::unique_ptr<LeaseFencer> fencer_;
   std::optional<ServingLease> lease_;
   std::optional<supervisor::Timer> lease_timer_;
-  std::unique_ptr<LeaseFencer> fencer_;
   bool lease_lost_ = false;
   bool volume_failed_ = false;
   bool stuck_ = false;

@@ -214,10 +214,11 @@ LeaseFencer::LeaseFencer(supervisor::EventLoop& loop, supervisor::ChildProcess c
     : loop_(loop),
       child_(std::move(child)),
       pid_(child_->pid()),
-      channel_(std::move(channel)),
       failed_(std::move(failed)),
       // It writes only when it fails.
-      output_(spdlog::default_logger(), spdlog::level::err) {
+      output_(spdlog::default_logger(), spdlog::level::err),
+      channel_(std::move(channel)) {
+  absl::MutexLock lock(&mu_);
   channel_token_ = loop_.Watch(channel_.get(), EPOLLIN, [this](uint32_t) { OnReports(); });
   output_token_ = loop_.Watch(child_->output_fd(), EPOLLIN, [this](uint32_t) { OnOutput(); });
   exit_token_ = loop_.Watch(child_->pidfd(), EPOLLIN, [this](uint32_t) { OnExit(); });
@@ -234,8 +235,13 @@ void LeaseFencer::Unwatch() {
   }
 }
 
+void LeaseFencer::CloseChannel() {
+  absl::MutexLock lock(&mu_);
+  channel_.reset();
+}
+
 absl::Status LeaseFencer::Send(uint32_t kind, base::TimePoint valid_until, int pidfd, pid_t pid) {
-  if (!child_) return absl::FailedPreconditionError("the lease fencer is stopped");
+  if (!channel_) return absl::FailedPreconditionError("the lease fencer is stopped");
   Command command{.kind = kind, .pid = pid, .valid_until_ns = Nanoseconds(valid_until)};
   iovec iov{&command, sizeof(command)};
   msghdr msg{};
@@ -264,15 +270,18 @@ absl::Status LeaseFencer::Send(uint32_t kind, base::TimePoint valid_until, int p
   return absl::OkStatus();
 }
 
-absl::Status LeaseFencer::Arm(const supervisor::ChildProcess& child, base::TimePoint valid_until) {
-  auto sent = Send(kArm, valid_until, child.pidfd(), child.pid());
+absl::Status LeaseFencer::Arm(const supervisor::ChildProcess& child) {
+  absl::MutexLock lock(&mu_);
+  // No validity heard of yet: nothing allows this ganesha to serve (the
+  // clock's zero, long past: the fencer kills at once).
+  auto sent = Send(kArm, valid_until_.value_or(base::TimePoint{}), child.pidfd(), child.pid());
   if (!sent.ok()) return sent;
   armed_ = true;
-  valid_until_ = valid_until;
   return absl::OkStatus();
 }
 
 absl::Status LeaseFencer::Extend(base::TimePoint valid_until) {
+  absl::MutexLock lock(&mu_);
   if (valid_until_ == valid_until) return absl::OkStatus();
   valid_until_ = valid_until;
   if (!armed_) return absl::OkStatus();
@@ -281,9 +290,12 @@ absl::Status LeaseFencer::Extend(base::TimePoint valid_until) {
 
 void LeaseFencer::OnReports() {
   Report report;
-  ssize_t n;
-  while ((n = recv(channel_.get(), &report, sizeof(report), MSG_DONTWAIT)) ==
-         static_cast<ssize_t>(sizeof(report))) {
+  const auto next = [&] {
+    absl::MutexLock lock(&mu_);
+    return channel_ && recv(channel_.get(), &report, sizeof(report), MSG_DONTWAIT) ==
+                           static_cast<ssize_t>(sizeof(report));
+  };
+  while (next()) {
     const auto late =
         std::chrono::duration_cast<base::Duration>(std::chrono::nanoseconds(report.late_ns));
     if (report.error == 0) {
@@ -314,14 +326,14 @@ void LeaseFencer::OnExit() {
   auto exit = child_->Reap();
   const std::string how = exit.ok() ? exit->Describe() : std::string(exit.status().message());
   child_.reset();
-  channel_.reset();
+  CloseChannel();
   failed_(absl::StrCat("the lease fencer pid ", pid_, " ", how));
 }
 
 absl::StatusOr<supervisor::ChildExit> LeaseFencer::Stop(base::Duration budget) {
   if (!child_) return absl::FailedPreconditionError("the lease fencer is stopped");
   Unwatch();
-  channel_.reset();  // its end of the channel: the fencer kills an armed ganesha and exits
+  CloseChannel();  // its end of the channel: the fencer kills an armed ganesha and exits
   pollfd exited{child_->pidfd(), POLLIN, 0};
   if (poll(&exited, 1, static_cast<int>(budget.count())) <= 0) {
     spdlog::error("lease fencer pid {} did not exit within {} of its channel's end; SIGKILL", pid_,

@@ -10,7 +10,10 @@
 //    lease-fencer`): a fresh single-threaded process in a process group of
 //    its own, not a fork of this multithreaded one;
 //  - holds ganesha's pidfd, passed over a socket (so never another process
-//    that got ganesha's pid), armed anew for each ganesha;
+//    that got ganesha's pid), armed anew for each ganesha while its child
+//    still waits at its start gate, before it execs ganesha;
+//  - is extended by the keeper's thread at each renewal, not through the
+//    loop, which may be the part that stalls;
 //  - keeps the lease's valid_until as an absolute CLOCK_BOOTTIME point (a
 //    suspend counts) and SIGKILLs ganesha when it passes;
 //  - when the socket ends (share-manager died), SIGKILLs an armed ganesha at
@@ -27,7 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "base/unique_fd.h"
 #include "supervisor/child_process.h"
@@ -58,39 +63,50 @@ class LeaseFencer {
   LeaseFencer(const LeaseFencer&) = delete;
   LeaseFencer& operator=(const LeaseFencer&) = delete;
 
-  // All below: loop thread.
-  // A new ganesha, to be SIGKILLed at `valid_until` (a BootClock point) unless
-  // extended; replaces the one armed before (which is left alone).
-  absl::Status Arm(const supervisor::ChildProcess& child, base::TimePoint valid_until);
-  // The lease's validity now ends at `valid_until` (renewed, or cut short).
-  // Before the first Arm it is only remembered.
-  absl::Status Extend(base::TimePoint valid_until);
+  // A new ganesha, held at its start gate (its pidfd is valid before it
+  // runs anything), to be SIGKILLed at the valid_until Extend last sent, at
+  // once when none was; replaces the one armed before (which is left alone).
+  // Loop thread.
+  absl::Status Arm(const supervisor::ChildProcess& child) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lease's validity now ends at `valid_until` (a BootClock point):
+  // renewed, or cut short. Before the first Arm it is only remembered. Any
+  // thread: the keeper's tells it at each renewal, so that a stalled loop
+  // does not keep renewals from the fencer.
+  absl::Status Extend(base::TimePoint valid_until) ABSL_LOCKS_EXCLUDED(mu_);
   // Closes the channel (the fencer SIGKILLs an armed ganesha, then exits) and
   // waits up to `budget` for it to exit, then SIGKILLs it. Its exit status.
-  absl::StatusOr<supervisor::ChildExit> Stop(base::Duration budget);
+  // Loop thread; Extend fails after it.
+  absl::StatusOr<supervisor::ChildExit> Stop(base::Duration budget) ABSL_LOCKS_EXCLUDED(mu_);
 
   pid_t pid() const { return pid_; }
 
  private:
   LeaseFencer(supervisor::EventLoop& loop, supervisor::ChildProcess child, base::UniqueFd channel,
               Failed failed);
-  absl::Status Send(uint32_t kind, base::TimePoint valid_until, int pidfd, pid_t pid);
-  void OnReports();
+  absl::Status Send(uint32_t kind, base::TimePoint valid_until, int pidfd, pid_t pid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnReports() ABSL_LOCKS_EXCLUDED(mu_);
   void OnOutput();
   void OnExit();
   void Unwatch();
+  void CloseChannel() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Loop thread only.
   supervisor::EventLoop& loop_;
   std::optional<supervisor::ChildProcess> child_;
   const pid_t pid_;
-  base::UniqueFd channel_;
   Failed failed_;
   supervisor::LineLogger output_;
   uint64_t channel_token_ = 0;
   uint64_t output_token_ = 0;
   uint64_t exit_token_ = 0;
-  bool armed_ = false;
-  std::optional<base::TimePoint> valid_until_;
+
+  // The loop's Arm and the keeper's Extend both send; closed once the fencer
+  // is stopped or gone.
+  absl::Mutex mu_;
+  base::UniqueFd channel_ ABSL_GUARDED_BY(mu_);
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<base::TimePoint> valid_until_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sharemgr

@@ -1,8 +1,10 @@
 #include "supervisor/child_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -42,9 +44,17 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   return absl::NotFoundError(absl::StrCat(name, " not found in PATH"));
 }
 
-// Runs in the forked child: only async-signal-safe calls until exec.
+// A held child whose gate closed without a Release: it never ran the program.
+constexpr int kNeverReleased = 125;
+// A cancelled child exits at once; one that does not (stopped by someone) is SIGKILLed.
+constexpr int kCancelExitMs = 1000;
+
+// Runs in the forked child: only async-signal-safe calls until exec. A held
+// child gets the gate's two ends: it waits on `gate`, and closes the
+// parent's (else its own copy would keep it from ever seeing EOF).
 [[noreturn]] void ExecChild(const char* path, char* const* argv, int output, int devnull,
-                            int report, pid_t parent, int death_signal, int stdin_fd) {
+                            int report, pid_t parent, int death_signal, int stdin_fd, int gate,
+                            int parent_gate) {
   setpgid(0, 0);
   sigset_t none;
   sigemptyset(&none);
@@ -57,6 +67,17 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
   dup2(stdin_fd >= 0 ? stdin_fd : devnull, STDIN_FILENO);
   dup2(output, STDOUT_FILENO);
   dup2(output, STDERR_FILENO);
+  if (gate >= 0) {
+    close(parent_gate);
+    // Only the parent's byte lets it run; EOF (its end closed: cancelled, or
+    // the parent died) means never.
+    char go = 0;
+    ssize_t n;
+    do {
+      n = read(gate, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) _exit(kNeverReleased);
+  }
   execve(path, argv, environ);
   const int err = errno;
   [[maybe_unused]] auto n = write(report, &err, sizeof(err));
@@ -92,6 +113,21 @@ void Disown(pid_t pid) {
   OwnedPids().erase(pid);
 }
 
+// Waits until the child has exec'd (the report's write end closed with it) or
+// exited, or reports why execve failed: then the child is reaped.
+absl::Status AwaitExec(pid_t pid, int report, const std::string& path) {
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(report, &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  if (n != sizeof(child_errno)) return absl::OkStatus();
+  waitpid(pid, nullptr, 0);
+  Disown(pid);
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot execute ", path, ": ", std::strerror(child_errno)));
+}
+
 }  // namespace
 
 absl::Mutex& ChildProcess::SpawnMutex() { return spawn_mu; }
@@ -109,7 +145,7 @@ std::string ChildExit::Describe() const {
 }
 
 absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
-                                                 int death_signal, int stdin_fd) {
+                                                 int death_signal, int stdin_fd, StartGate gate) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command");
   auto path = ResolveExecutable(argv[0]);
   if (!path.ok()) return path.status();
@@ -124,6 +160,15 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   base::UniqueFd report_read(report[0]), report_write(report[1]);
   base::UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devnull) return Errno("open /dev/null");
+  // A socket, not a pipe: a Release to a child killed meanwhile gets EPIPE,
+  // never SIGPIPE. CLOEXEC: no other program inherits either end.
+  base::UniqueFd gate_parent, gate_child;
+  if (gate == StartGate::kHeld) {
+    int ends[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) return Errno("socketpair");
+    gate_parent.reset(ends[0]);
+    gate_child.reset(ends[1]);
+  }
 
   const pid_t parent = getpid();
   // Registered before any reaper can see it exit.
@@ -136,24 +181,19 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
   }
   if (pid == 0) {
     ExecChild(path->c_str(), args.data(), out_write.get(), devnull.get(), report_write.get(),
-              parent, death_signal, stdin_fd);
+              parent, death_signal, stdin_fd, gate_child ? gate_child.get() : -1,
+              gate_parent.get());
   }
   OwnedPids().insert(pid);
   SpawnMutex().Unlock();
   setpgid(pid, pid);  // also done in the child; whichever runs first wins the race
   out_write.reset();
   report_write.reset();
-
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = read(report_read.get(), &child_errno, sizeof(child_errno));
-  } while (n < 0 && errno == EINTR);
-  if (n == sizeof(child_errno)) {
-    waitpid(pid, nullptr, 0);
-    Disown(pid);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot execute ", *path, ": ", std::strerror(child_errno)));
+  gate_child.reset();
+  // A held child execs only once released: its report is read then.
+  if (gate == StartGate::kOpen) {
+    if (auto execd = AwaitExec(pid, report_read.get(), *path); !execd.ok()) return execd;
+    report_read.reset();
   }
 
   base::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
@@ -165,7 +205,33 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
     return status;
   }
   fcntl(out_read.get(), F_SETFL, O_NONBLOCK);
-  return ChildProcess(pid, std::move(pidfd), std::move(out_read));
+  return ChildProcess(pid, std::move(pidfd), std::move(out_read), std::move(gate_parent),
+                      std::move(report_read), *std::move(path));
+}
+
+absl::Status ChildProcess::Release() {
+  if (!gate_) return absl::FailedPreconditionError("the child is not held");
+  const char go = 1;
+  // A child killed while held takes nothing (EPIPE): its exit shows through
+  // the pidfd like any other.
+  [[maybe_unused]] auto n = send(gate_.get(), &go, 1, MSG_NOSIGNAL);
+  gate_.reset();
+  const auto execd = AwaitExec(pid_, report_.get(), program_);
+  report_.reset();
+  if (!execd.ok()) pid_ = -1;  // reaped
+  return execd;
+}
+
+absl::StatusOr<ChildExit> ChildProcess::Cancel() {
+  if (!gate_) return absl::FailedPreconditionError("the child is not held");
+  gate_.reset();
+  report_.reset();
+  pollfd exited{pidfd_.get(), POLLIN, 0};
+  if (poll(&exited, 1, kCancelExitMs) <= 0) {
+    SignalGroup(SIGKILL);
+    poll(&exited, 1, -1);
+  }
+  return Reap();
 }
 
 void ChildProcess::SignalGroup(int sig) const {

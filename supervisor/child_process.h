@@ -23,14 +23,24 @@ struct ChildExit {
   int ShellCode() const { return signal != 0 ? 128 + signal : code; }
 };
 
+// Whether the child may exec at once, or waits (forked, in its process group,
+// its pidfd valid) until the parent Release()s it: so that whatever must
+// watch the program (a watchdog taking its pidfd) is in place before the
+// program does anything.
+enum class StartGate { kOpen, kHeld };
+
 class ChildProcess {
  public:
   // Starts argv (argv[0] is looked up in PATH). Fails with a clear error when the
   // program cannot be executed; then no process is left behind. The child gets
   // `death_signal` when the thread that spawned it ends (PR_SET_PDEATHSIG; 0:
-  // none). Its stdin is `stdin_fd` when given, /dev/null otherwise.
+  // none). Its stdin is `stdin_fd` when given, /dev/null otherwise. kHeld: the
+  // child waits before exec until Release() (see StartGate); when the gate
+  // closes otherwise (Cancel, this object destroyed, this process dead) it
+  // exits 125 without exec.
   static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
-                                            int death_signal = SIGKILL, int stdin_fd = -1);
+                                            int death_signal = SIGKILL, int stdin_fd = -1,
+                                            StartGate gate = StartGate::kOpen);
 
   ChildProcess(ChildProcess&&) = default;
   ChildProcess& operator=(ChildProcess&&) = default;
@@ -40,6 +50,12 @@ class ChildProcess {
   int pidfd() const { return pidfd_.get(); }
   // The read end of the child's stdout+stderr; non-blocking.
   int output_fd() const { return output_.get(); }
+
+  // A held child: lets it exec. Fails (the child reaped) when the exec failed.
+  absl::Status Release();
+  // A held child: never execs; it exits 125 and is reaped here (SIGKILLed if
+  // it does not exit within a second: stopped by someone). Its exit.
+  absl::StatusOr<ChildExit> Cancel();
 
   // Signals the child's whole process group. Safe until Reap(): the group id
   // cannot be reused while the leader is unreaped.
@@ -66,12 +82,23 @@ class ChildProcess {
   static absl::Mutex& SpawnMutex();
 
  private:
-  ChildProcess(pid_t pid, base::UniqueFd pidfd, base::UniqueFd output)
-      : pid_(pid), pidfd_(std::move(pidfd)), output_(std::move(output)) {}
+  ChildProcess(pid_t pid, base::UniqueFd pidfd, base::UniqueFd output, base::UniqueFd gate,
+               base::UniqueFd report, std::string program)
+      : pid_(pid),
+        pidfd_(std::move(pidfd)),
+        output_(std::move(output)),
+        gate_(std::move(gate)),
+        report_(std::move(report)),
+        program_(std::move(program)) {}
 
   pid_t pid_ = -1;
   base::UniqueFd pidfd_;
   base::UniqueFd output_;
+  // A held child only, until Release or Cancel: the gate's parent end (its
+  // close without a byte is the child's EOF) and the exec report's read end.
+  base::UniqueFd gate_;
+  base::UniqueFd report_;
+  std::string program_;  // the resolved path, for errors
 };
 
 }  // namespace supervisor

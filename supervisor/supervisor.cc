@@ -151,7 +151,9 @@ void Supervisor::SpawnChild() {
   if (outcome_ || status_.state == State::kStopping || status_.state == State::kFailed) return;
   // The gate may fail the run itself (it returns false then): nothing more here.
   if (spawn_hooks_.may_spawn && !spawn_hooks_.may_spawn()) return;
-  auto child = ChildProcess::Spawn(options_.command);
+  auto child = ChildProcess::Spawn(options_.command, SIGKILL, /*stdin_fd=*/-1,
+                                   spawn_hooks_.spawned ? StartGate::kHeld : StartGate::kOpen);
+  if (child.ok() && spawn_hooks_.spawned) child = Admit(*std::move(child));
   const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);
   if (!child.ok()) {
@@ -181,7 +183,6 @@ void Supervisor::SpawnChild() {
     return;
   }
   child_ = std::move(*child);
-  if (spawn_hooks_.spawned) spawn_hooks_.spawned(*child_);
   instance_++;
   answered_ = false;
   misses_ = 0;
@@ -207,6 +208,18 @@ void Supervisor::SpawnChild() {
   usage_timer_.ArmPeriodic(options_.probe_interval);
   Publish();
   OnProbeTimer();
+}
+
+absl::StatusOr<ChildProcess> Supervisor::Admit(ChildProcess child) {
+  absl::Status admitted = spawn_hooks_.spawned(child);
+  if (!admitted.ok()) {
+    if (auto cancelled = child.Cancel(); !cancelled.ok()) {
+      spdlog::error("cancelling ganesha pid {}: {}", child.pid(), cancelled.status().message());
+    }
+    return admitted;
+  }
+  if (auto released = child.Release(); !released.ok()) return released;
+  return child;
 }
 
 void Supervisor::OnChildOutput() {

@@ -149,9 +149,11 @@ class Supervisor {
     // skips it. A gate that says no fails or stops the run itself (e.g. the
     // serving lease ran out: the daemon fences).
     std::function<bool()> may_spawn;
-    // Told of every new child right after the spawn, before anything else
-    // happens to it (e.g. a watchdog takes its pidfd).
-    std::function<void(const ChildProcess&)> spawned;
+    // Told of every new child right after the spawn, before it runs the
+    // program (it is held at its start gate: e.g. a watchdog takes its pidfd
+    // first). OK lets it run; an error cancels it (it never runs the
+    // program), a failed start like any other.
+    std::function<absl::Status(const ChildProcess&)> spawned;
   };
   void SetSpawnHooks(SpawnHooks hooks) { spawn_hooks_ = std::move(hooks); }
   void SetEvents(SupervisorEvents events) { events_ = std::move(events); }
@@ -189,6 +191,9 @@ class Supervisor {
 
  private:
   void SpawnChild();
+  // A child spawned held: the spawned hook is told of it, then it runs the
+  // program, or (the hook refused) is cancelled and reaped.
+  absl::StatusOr<ChildProcess> Admit(ChildProcess child);
   void OnChildExit();
   void OnChildOutput();
   void OnSignal();

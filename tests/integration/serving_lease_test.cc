@@ -3,13 +3,18 @@
 // timing on a fake clock is tests/sharemgr/serving_lease_test.cc.
 #include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 
 #include <atomic>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +35,7 @@
 #include "tests/support/make_loop.h"
 #include "tests/support/nfs_client.h"
 #include "tests/support/require_ok.h"
+#include "tests/support/skip.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait_for.h"
 
@@ -832,4 +838,192 @@ TEST_CASE(
   CHECK(log.find("running e2fsck") == std::string::npos);
   CHECK(log.find("mounted " + f.loop->path()) == std::string::npos);
   CHECK(log.find("started ganesha") == std::string::npos);
+}
+
+namespace {
+
+// One thread of a share-manager under ptrace, so that it alone stops while
+// the process's other threads (the lease keeper's) run on. Its loop thread is
+// its main thread (Daemon::Run runs the loop there), whose tid is its pid.
+// Detached (stopped first if need be) when it goes, pass or fail.
+class TracedThread {
+ public:
+  // nullptr, having told why and marked the case skipped, when ptrace is not
+  // permitted here (Yama, seccomp, no CAP_SYS_PTRACE).
+  static std::unique_ptr<TracedThread> Seize(pid_t tid, long options) {
+    if (ptrace(PTRACE_SEIZE, tid, nullptr, reinterpret_cast<void*>(options)) != 0) {
+      std::string scope = "?";
+      std::ifstream("/proc/sys/kernel/yama/ptrace_scope") >> scope;
+      testing_support::SkipTestCase(
+          absl::StrCat("ptrace is not permitted here (PTRACE_SEIZE: ", std::strerror(errno),
+                       "; /proc/sys/kernel/yama/ptrace_scope: ", scope,
+                       "): this case stops one thread of share-manager with it"));
+      return nullptr;
+    }
+    return std::unique_ptr<TracedThread>(new TracedThread(tid));
+  }
+  ~TracedThread() {
+    if (detached_) return;
+    if (!stopped_ && ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) == 0) {
+      WaitStop([](int) { return true; }, milliseconds(10'000));
+    }
+    ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+  }
+
+  // Stops it where it is. False when it did not stop.
+  bool Interrupt() {
+    if (ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0) return false;
+    return WaitStop([](int status) { return status >> 16 == PTRACE_EVENT_STOP; },
+                    milliseconds(10'000));
+  }
+  // Lets it run until it forks, where it stays stopped: the new child's pid
+  // (let go itself: it runs on untraced).
+  std::optional<pid_t> RunUntilFork(milliseconds timeout) {
+    if (ptrace(PTRACE_CONT, tid_, nullptr, nullptr) != 0) return std::nullopt;
+    stopped_ = false;
+    if (!WaitStop([](int status) { return status >> 8 == (SIGTRAP | (PTRACE_EVENT_FORK << 8)); },
+                  timeout)) {
+      return std::nullopt;
+    }
+    unsigned long child = 0;
+    if (ptrace(PTRACE_GETEVENTMSG, tid_, nullptr, &child) != 0) return std::nullopt;
+    const pid_t pid = static_cast<pid_t>(child);
+    // Traced from birth (PTRACE_O_TRACEFORK): it reports its first stop.
+    int status = 0;
+    if (!WaitFor([&] { return waitpid(pid, &status, __WALL | WNOHANG) == pid; }, timeout)) {
+      return std::nullopt;
+    }
+    ptrace(PTRACE_DETACH, pid, nullptr, nullptr);
+    return pid;
+  }
+  void Detach() {
+    ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
+    stopped_ = false;
+    detached_ = true;
+  }
+
+ private:
+  explicit TracedThread(pid_t tid) : tid_(tid) {}
+
+  // Waits for a stop that `wanted`; any other (a signal's delivery) is
+  // passed on and the thread resumed.
+  bool WaitStop(const std::function<bool(int)>& wanted, milliseconds timeout) {
+    if (detached_) return false;
+    return WaitFor(
+        [&] {
+          int status = 0;
+          if (waitpid(tid_, &status, __WALL | WNOHANG) != tid_ || !WIFSTOPPED(status)) {
+            return false;
+          }
+          if (wanted(status)) {
+            stopped_ = true;
+            return true;
+          }
+          const int signal = status >> 16 == 0 ? WSTOPSIG(status) : 0;
+          ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(signal)));
+          return false;
+        },
+        timeout);
+  }
+
+  const pid_t tid_;
+  bool stopped_ = false;
+  bool detached_ = false;
+};
+
+// The program a process runs (/proc/<pid>/exe), empty once it is gone.
+std::string ExeOf(pid_t pid) {
+  std::error_code error;
+  return std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/exe"), error).string();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "serving lease 12. share-manager stalled right after it forked ganesha, until etcd let the "
+    "lease expire: the child waits at its start gate (still share-manager's image, no NFS), and "
+    "on resume it never runs ganesha: FAILED lease lost, exit 6") {
+  Fixture f;
+  const testing_support::TempDir dir("sharemgr-gate");
+  // An older holder (epoch 3, by hand) keeps share-manager waiting, its
+  // fencer started, until the test is ready to catch the fork.
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(30);
+  const int64_t older = RequireOk(f.client->LeaseGrant(grant)).id();
+  etcdserverpb::PutRequest put;
+  put.set_key(kLeaseKey);
+  put.set_value("00000000000000000003 pod-old");
+  put.set_lease(older);
+  RequireOk(f.client->Put(put));
+  put.set_key(kEpochKey);
+  put.set_value(EpochRecord(3, older));
+  put.clear_lease();
+  RequireOk(f.client->Put(put));
+  auto d = f.StartOnDir(4, "3s", dir.path(), false);
+  REQUIRE_MESSAGE(WaitForLine(*d, "serving lease held by epoch 3"), d->output());
+  auto loop_thread = TracedThread::Seize(d->pid(), PTRACE_O_TRACEFORK);
+  if (!loop_thread) return;
+  REQUIRE(loop_thread->Interrupt());
+
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(older);
+  RequireOk(f.client->LeaseRevoke(revoke));
+  // The next fork of the loop thread is ganesha's (taken, a directory share:
+  // nothing else to start). It stays stopped right there, and then so does
+  // the rest of share-manager.
+  const auto child = loop_thread->RunUntilFork(milliseconds(30'000));
+  REQUIRE_MESSAGE(child.has_value(), d->output());
+  d->Signal(SIGSTOP);
+  const std::string share_manager = ExeOf(d->pid());
+  REQUIRE_FALSE(share_manager.empty());
+  // Nobody renews the lease: etcd lets it expire, and valid_until (before
+  // that) has passed. All the while the child runs nothing of ganesha.
+  const auto still_held = [&] { return ExeOf(*child) == share_manager && !NfsAnswers(*d); };
+  CHECK(still_held());
+  REQUIRE(WaitFor([&] { return !still_held() || !EtcdGet(*f.client, kLeaseKey).has_value(); },
+                  milliseconds(30'000)));
+  CHECK_MESSAGE(still_held(), "pid ", *child, " runs ", ExeOf(*child));
+
+  d->Signal(SIGCONT);
+  loop_thread->Detach();
+  CHECK(RequireOk(d->WaitExit(milliseconds(30'000))) == sharemgr::kExitLeaseLost);
+  const std::string log = d->output();
+  CHECK_MESSAGE(log.find(absl::StrCat("ganesha pid ", *child, " could start")) != std::string::npos,
+                log);
+  CHECK(log.find("started ganesha pid") == std::string::npos);
+  CHECK(log.find("-> FAILED: lease lost") != std::string::npos);
+  CHECK(WaitFor([&] { return ProcessesMentioning(d->state_dir()).empty(); }, milliseconds(5000)));
+}
+
+TEST_CASE(
+    "serving lease 13. the loop thread stopped (ptrace) while the keeper renews: the keeper "
+    "itself extends the fencer, ganesha serves on past several TTLs, and the share is still "
+    "SERVING when the loop runs again") {
+  Fixture f;
+  auto d = f.Start(5, "3s");
+  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
+  REQUIRE(ganesha > 0);
+  REQUIRE(WaitForNewRenewal(*d));
+  auto loop_thread = TracedThread::Seize(d->pid(), 0);
+  if (!loop_thread) return;
+  REQUIRE(loop_thread->Interrupt());
+  // Renewed on while the loop cannot run (the keeper logs them itself).
+  REQUIRE(WaitForNewRenewal(*d));
+  // Three TTLs: the validity the loop last saw has long passed.
+  // Killed, it would stay a zombie: its parent's loop cannot reap it.
+  const auto alive = [&] {
+    const auto state = ProcessState(ganesha);
+    return state.has_value() && *state != 'Z';
+  };
+  CHECK_MESSAGE(HoldsFor(alive, milliseconds(9'000)), d->output());
+  CHECK(NfsAnswers(*d));
+  loop_thread->Detach();
+  loop_thread.reset();
+  CHECK(HoldsFor(
+      [&] {
+        const auto s = d->Status();
+        return s.ok() && s->state() == v1::SERVING && s->ganesha_pid() == ganesha;
+      },
+      milliseconds(2'000)));
+  CHECK(d->output().find("lease fencer SIGKILLed") == std::string::npos);
 }

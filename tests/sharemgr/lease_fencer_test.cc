@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/wait_for.h"
@@ -87,6 +88,12 @@ struct Fencer {
   ~Fencer() {
     loop_.Run([&] { fencer.reset(); });
   }
+  // Armed for `child` until `valid_until`, in the daemon's order: the
+  // validity first.
+  absl::Status ArmUntil(const supervisor::ChildProcess& child, base::TimePoint valid_until) {
+    if (auto extended = fencer->Extend(valid_until); !extended.ok()) return extended;
+    return fencer->Arm(child);
+  }
   std::vector<std::string> Failures() {
     std::lock_guard lock(mu);
     return failures;
@@ -108,7 +115,7 @@ TEST_CASE(
   LoopThread loop;
   Fencer f(loop);
   Sleeper ganesha;
-  REQUIRE(loop.Run([&] { return f.fencer->Arm(ganesha.child, BootIn(milliseconds(300))); }).ok());
+  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(300))); }).ok());
   // Extended well before each deadline, for several deadlines' worth.
   base::TimePoint last{};
   for (int i = 0; i < 10; ++i) {
@@ -132,8 +139,40 @@ TEST_CASE("lease fencer: a deadline that has passed already kills at once") {
   LoopThread loop;
   Fencer f(loop);
   Sleeper ganesha;
-  REQUIRE(loop.Run([&] { return f.fencer->Arm(ganesha.child, base::BootClock().Now()); }).ok());
+  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, base::BootClock().Now()); }).ok());
   CHECK(ganesha.ExitsWithin(milliseconds(10'000)));
+}
+
+TEST_CASE("lease fencer: armed before any validity was heard of, it kills at once") {
+  LoopThread loop;
+  Fencer f(loop);
+  Sleeper ganesha;
+  REQUIRE(loop.Run([&] { return f.fencer->Arm(ganesha.child); }).ok());
+  CHECK(ganesha.ExitsWithin(milliseconds(10'000)));
+}
+
+TEST_CASE(
+    "lease fencer: extended from another thread while its loop is stalled, the armed child lives "
+    "past every deadline but the last") {
+  LoopThread loop;
+  Fencer f(loop);
+  Sleeper ganesha;
+  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(300))); }).ok());
+  // The loop blocked (a slow handler) until the test lets it go.
+  std::promise<void> go;
+  std::shared_future<void> gone = go.get_future().share();
+  loop.loop().Post([gone] { gone.wait(); });
+  absl::Cleanup unblock = [&] { go.set_value(); };  // also when a REQUIRE ends the test
+  base::TimePoint last{};
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    last = BootIn(milliseconds(300));
+    REQUIRE(f.fencer->Extend(last).ok());  // this thread, not the loop's
+  }
+  CHECK(ganesha.Alive());
+  REQUIRE(ganesha.ExitsWithin(milliseconds(10'000)));
+  CHECK(base::BootClock().Now() >= last);
+  CHECK(f.Failures().empty());
 }
 
 TEST_CASE(
@@ -144,7 +183,7 @@ TEST_CASE(
   Sleeper ganesha;
   const pid_t fencer_pid = f.fencer->pid();
   REQUIRE(
-      loop.Run([&] { return f.fencer->Arm(ganesha.child, BootIn(milliseconds(3'600'000))); }).ok());
+      loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(3'600'000))); }).ok());
   const auto exit = loop.Run([&] { return f.fencer->Stop(base::Duration(5000)); });
   REQUIRE(exit.ok());
   CHECK(exit->code == 0);
@@ -159,10 +198,8 @@ TEST_CASE(
   Fencer f(loop);
   Sleeper old_ganesha;
   Sleeper new_ganesha;
-  REQUIRE(
-      loop.Run([&] { return f.fencer->Arm(old_ganesha.child, BootIn(milliseconds(200))); }).ok());
-  REQUIRE(
-      loop.Run([&] { return f.fencer->Arm(new_ganesha.child, BootIn(milliseconds(200))); }).ok());
+  REQUIRE(loop.Run([&] { return f.ArmUntil(old_ganesha.child, BootIn(milliseconds(200))); }).ok());
+  REQUIRE(loop.Run([&] { return f.ArmUntil(new_ganesha.child, BootIn(milliseconds(200))); }).ok());
   CHECK(new_ganesha.ExitsWithin(milliseconds(10'000)));
   CHECK(old_ganesha.Alive());
 }
@@ -181,8 +218,7 @@ TEST_CASE(
         std::string::npos);
   // Told nothing more: arming a dead fencer is an error, not a silent no-op.
   Sleeper ganesha;
-  CHECK_FALSE(
-      loop.Run([&] { return f.fencer->Arm(ganesha.child, BootIn(milliseconds(100))); }).ok());
+  CHECK_FALSE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(100))); }).ok());
 }
 
 }  // namespace sharemgr

@@ -7,13 +7,47 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "base/proc.h"
+#include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/wait_for.h"
 
 namespace supervisor {
+namespace {
+
+using std::chrono::milliseconds;
+
+// The program a process runs now (/proc/<pid>/exe).
+std::string ExeOf(pid_t pid) {
+  std::error_code error;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", error).string();
+}
+
+// Waits for the child's exit, unreaped.
+bool Exited(int pidfd) {
+  pollfd p{.fd = pidfd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 10'000) == 1;
+}
+
+// A held `sh` that creates `ran` once it runs, in `dir`.
+struct HeldShell {
+  testing_support::TempDir dir;
+  std::string ran = dir.path() + "/ran";
+  std::optional<ChildProcess> child = testing_support::RequireOk(
+      ChildProcess::Spawn({"sh", "-c", "touch " + ran}, SIGKILL, -1, StartGate::kHeld));
+  const pid_t pid = child->pid();
+  bool Ran() const { return std::filesystem::exists(ran); }
+};
+
+}  // namespace
 
 TEST_CASE("child_process: ExitStatus reads the exit without reaping, then Reap frees the pid") {
   auto child = ChildProcess::Spawn({"sh", "-c", "exit 3"});
@@ -67,6 +101,60 @@ TEST_CASE(
   REQUIRE_FALSE(child.ok());
   CHECK(child.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(child.status().message() == "cannot execute " + path + ": Exec format error");
+}
+
+TEST_CASE(
+    "child_process: a held child runs nothing until Release: it is still this program's image, "
+    "then it runs its own") {
+  HeldShell held;
+  CHECK(held.child->pidfd() >= 0);
+  CHECK(testing_support::HoldsFor([&] { return !held.Ran(); }, milliseconds(300)));
+  CHECK(ExeOf(held.pid) == ExeOf(getpid()));
+  CHECK(getpgid(held.pid) == held.pid);  // in its own group already: SignalGroup reaches it
+  REQUIRE(held.child->Release().ok());
+  REQUIRE(Exited(held.child->pidfd()));
+  CHECK(held.child->Reap()->ShellCode() == 0);
+  CHECK(held.Ran());
+}
+
+TEST_CASE("child_process: a cancelled held child never runs its program and exits 125") {
+  HeldShell held;
+  const auto exit = held.child->Cancel();
+  REQUIRE(exit.ok());
+  CHECK(exit->ShellCode() == 125);
+  CHECK_FALSE(held.Ran());
+  CHECK_FALSE(base::ReadProcStat(held.pid).has_value());  // reaped
+}
+
+TEST_CASE(
+    "child_process: a held child whose parent's end of the gate closes (the parent gone) exits "
+    "125 without running its program") {
+  HeldShell held;
+  // Its pidfd outlives the ChildProcess, to see the exit.
+  const base::UniqueFd pidfd(fcntl(held.child->pidfd(), F_DUPFD_CLOEXEC, 0));
+  held.child.reset();  // every descriptor of the parent's closed
+  REQUIRE(Exited(pidfd.get()));
+  siginfo_t info{};
+  REQUIRE(waitid(P_PIDFD, static_cast<id_t>(pidfd.get()), &info, WEXITED) == 0);
+  CHECK(info.si_pid == held.pid);
+  CHECK(info.si_code == CLD_EXITED);
+  CHECK(info.si_status == 125);
+  CHECK_FALSE(held.Ran());
+}
+
+TEST_CASE("child_process: a held child that execve refuses fails Release: cannot execute") {
+  testing_support::TempDir dir;
+  const std::string path = dir.path() + "/not-a-program";
+  std::ofstream(path) << "\x7f"
+                         "ELF but not really\n";
+  REQUIRE(chmod(path.c_str(), 0755) == 0);
+  auto child = ChildProcess::Spawn({path}, SIGKILL, -1, StartGate::kHeld);
+  REQUIRE(child.ok());  // it has not tried yet
+  const pid_t pid = child->pid();
+  const auto released = child->Release();
+  CHECK(released.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(released.message() == "cannot execute " + path + ": Exec format error");
+  CHECK_FALSE(base::ReadProcStat(pid).has_value());  // reaped
 }
 
 }  // namespace supervisor

@@ -625,6 +625,7 @@ TEST_CASE(
                       CHECK(child.pidfd() >= 0);
                       std::lock_guard lock(mu);
                       announced.push_back(child.pid());
+                      return absl::OkStatus();
                     },
             });
   const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
@@ -649,6 +650,43 @@ TEST_CASE(
   CHECK(testing_support::HoldsFor([&] { return h.history().back().pid == 0; }, milliseconds(300)));
   std::lock_guard lock(mu);
   CHECK(announced.size() == 2);
+}
+
+TEST_CASE(
+    "spawn hooks: the spawned hook sees the child before it runs the program, and its error "
+    "cancels it: the program never runs, a failed start (spawn_failed) that costs a death") {
+  const testing_support::TempDir dir;
+  const std::string ran = dir.path() + "/ran";
+  std::atomic<int> refused{0};
+  std::mutex mu;
+  std::vector<pid_t> seen;
+  bool ran_before_hook = false;
+  Harness h(FastOptions(), {"sh", "-c", "touch " + ran + "; exec sleep 1000"}, false, nullptr,
+            Supervisor::SpawnHooks{
+                .spawned =
+                    [&](const ChildProcess& child) {
+                      std::lock_guard lock(mu);
+                      seen.push_back(child.pid());
+                      // Held at its start gate: sh has not run yet.
+                      ran_before_hook = ran_before_hook || std::filesystem::exists(ran);
+                      ++refused;
+                      return absl::FailedPreconditionError("no watchdog for it");
+                    },
+            });
+  const auto failed = h.WaitFor(StateIs(State::kFailed));
+  CHECK(failed.reason.find("no watchdog for it") != std::string::npos);
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 4);  // every spawn refused, the budget spent
+  for (const auto& death : deaths) CHECK(death.cause == DeathCause::kSpawnFailed);
+  CHECK(refused == 4);
+  CHECK_FALSE(std::filesystem::exists(ran));
+  std::lock_guard lock(mu);
+  CHECK_FALSE(ran_before_hook);
+  // Each one reaped: nothing left of them.
+  for (const pid_t pid : seen) {
+    const auto stat = base::ReadProcStat(pid);
+    CHECK_FALSE((stat.has_value() && stat->ppid == getpid()));
+  }
 }
 
 // The child's usage as read_usage reports it: resident bytes set by the test,
