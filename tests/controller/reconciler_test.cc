@@ -317,7 +317,7 @@ TEST_CASE(
   CHECK(s.sim.CurrentPod("vol") == PodName("vol", 42));
 }
 
-TEST_CASE("epochs: a replacement below a live holder's epoch moves above it; never backwards") {
+TEST_CASE("epochs: a replacement below a live holder's epoch moves above it, and never backwards") {
   Spied s(true);
   s.runtime.recorded = 1;  // ours: below the replacement's epoch, nothing moves for it
   s.runtime.holder = 7;
