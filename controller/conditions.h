@@ -24,6 +24,11 @@ inline constexpr char kRuntimeUnavailable[] = "RuntimeUnavailable";
 // the previous pod's serving lease still held, or the drift margin after it);
 // the message is what it waits for.
 inline constexpr char kWaitingToStart[] = "WaitingToStart";
+// True while the share's epoch is one the controller moved above an epoch
+// found taken in etcd (PodRuntime::CheckStart: recorded or held by a
+// restored older record, a lost write, another deployment), not reached by a
+// replacement of its own; the message names both epochs.
+inline constexpr char kEpochAdvanced[] = "EpochAdvanced";
 }  // namespace condition
 
 using Condition = sharemanager::controller::v1::Condition;

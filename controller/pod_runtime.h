@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,12 @@ struct StartCheck {
   // across asks: it goes into the share's status).
   int64_t retry_after_ms = 0;
   std::string waiting_for;
+  // What the runtime saw of the volume's earlier epochs (the serving lease:
+  // the epoch recorded in etcd, and the live holder's). One at or above the
+  // epoch asked about means that epoch can never start (its pod would be
+  // refused the lease): the reconciler moves the share above it.
+  std::optional<uint64_t> recorded_epoch;
+  std::optional<uint64_t> holder_epoch;
 };
 
 class PodRuntime {

@@ -21,6 +21,11 @@ uint64_t SaturatingIncrement(uint64_t v) {
   return v == std::numeric_limits<uint64_t>::max() ? v : v + 1;
 }
 
+// The highest epoch the runtime saw taken (0: none).
+uint64_t TakenEpoch(const StartCheck& check) {
+  return std::max(check.recorded_epoch.value_or(0), check.holder_epoch.value_or(0));
+}
+
 std::string Duration(int64_t ms) { return base::FormatDuration(base::Duration(ms)); }
 
 // Sets a condition false only if it exists, so healthy shares carry no noise.
@@ -486,6 +491,7 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
     st.set_last_replacement_unix_ms(now.wall_ms);
     marks.last_replacement = now.mono_ms;
     marks.ForEpoch(st.epoch());
+    ClearCondition(st, condition::kEpochAdvanced, now.wall_ms);  // an epoch of our own
     SetPhase(st, v1::PENDING, absl::StrCat("replacing the pod with epoch ", st.epoch()));
     if (auto s = Persist(record, st); !s.ok())
       return {.requeue_after_ms = std::nullopt, .error = s};
@@ -495,8 +501,30 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
   // its epoch recorded already.
   auto start = runtime_.CheckStart(record.spec(), st.epoch());
   if (!start.ok()) return {.requeue_after_ms = std::nullopt, .error = start.status()};
-  if (!start->ready) {
-    SetCondition(st, condition::kWaitingToStart, true, "Waiting", start->waiting_for, now.wall_ms);
+  if (const uint64_t above = SaturatingIncrement(TakenEpoch(*start)); above > st.epoch()) {
+    // An epoch at or above ours is taken in etcd: a pod of ours would be
+    // refused the lease, and so would each next epoch up to it. Move above
+    // it at once, recorded before the pod exists, then ask again.
+    SetCondition(st, condition::kEpochAdvanced, true, "RecordedByOther",
+                 absl::StrCat("epoch ", st.epoch(), " is not above epoch ", TakenEpoch(*start),
+                              " taken in etcd: moved to epoch ", above),
+                 now.wall_ms);
+    st.set_epoch(above);
+    marks.ForEpoch(st.epoch());
+    SetPhase(st, v1::PENDING, absl::StrCat("creating a pod for epoch ", st.epoch()));
+    if (auto s = Persist(record, st); !s.ok())
+      return {.requeue_after_ms = std::nullopt, .error = s};
+    start = runtime_.CheckStart(record.spec(), st.epoch());
+    if (!start.ok()) return {.requeue_after_ms = std::nullopt, .error = start.status()};
+  }
+  // Taken again since (or the epochs ran out): the next pass moves on.
+  const bool taken = TakenEpoch(*start) >= st.epoch();
+  if (!start->ready || taken) {
+    SetCondition(st, condition::kWaitingToStart, true, "Waiting",
+                 taken && start->waiting_for.empty()
+                     ? absl::StrCat("an epoch above ", TakenEpoch(*start), ", taken in etcd")
+                     : start->waiting_for,
+                 now.wall_ms);
     if (auto s = Persist(record, st); !s.ok())
       return {.requeue_after_ms = std::nullopt, .error = s};
     return {.requeue_after_ms = std::min(start->retry_after_ms, options_.resync_ms)};

@@ -22,14 +22,24 @@ absl::StatusOr<StartCheck> ServingLeaseGate::CheckStart(
   txn.add_success()->mutable_request_range()->set_key(epoch_key);
   auto read = client_->Txn(txn);
   if (!read.ok()) return read.status();
-  const base::TimePoint now = clock_.Now();
   const auto value = [&](int i) -> std::optional<std::string> {
     const auto& kvs = read->responses(i).response_range().kvs();
     if (kvs.empty()) return std::nullopt;
     return kvs[0].value();
   };
+  ServingLeaseKeys keys{.holder = value(0), .recorded = value(1)};
+  if (const auto lease = RecordedLeaseToAsk(keys)) {
+    // The key is gone; the holder the record names may not be (its key
+    // deleted by hand): its etcd lease says.
+    etcdserverpb::LeaseTimeToLiveRequest ask;
+    ask.set_id(*lease);
+    auto ttl = client_->LeaseTimeToLive(ask);
+    if (!ttl.ok()) return ttl.status();
+    keys.recorded_lease_ttl = ttl->ttl();
+  }
+  const base::TimePoint now = clock_.Now();
   absl::MutexLock lock(&mu_);
-  return rule_.Check(spec.volume(), epoch, value(0), value(1), now);
+  return rule_.Check(spec.volume(), epoch, keys, now);
 }
 
 }  // namespace controller

@@ -1,10 +1,13 @@
 // Lease-gated replacement (README "Highly available share-controller"): when
 // share-managers run with the serving lease (--lease-etcd), a new pod of a
 // volume starts only once the previous holder's lease key P/leases/<volume>
-// is gone in etcd and the drift margin has passed since this controller saw
-// it gone (the rule and its formula: controller/serving_lease_start_rule.h).
+// and the etcd lease P/epochs/<volume> records for it are gone in etcd and
+// the drift margin has passed since this controller saw them gone, and only
+// under an epoch above the recorded one (the rule and its formula:
+// controller/serving_lease_start_rule.h).
 //
-// A wrapper of the runtime: its CheckStart reads both keys (one Txn); Create,
+// A wrapper of the runtime: its CheckStart reads both keys (one Txn), then,
+// the key absent, the recorded lease's TTL (LeaseTimeToLive); Create,
 // Delete, List and Watch go straight through. The volume's first pod ever
 // (P/epochs/<volume> absent) starts at once.
 #pragma once

@@ -2,55 +2,92 @@
 
 #include <spdlog/spdlog.h>
 
-#include "absl/strings/numbers.h"
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "etcd/serving_lease_record.h"
 
 namespace controller {
 namespace {
 
-// "<epoch, 20 digits>[ <holder>]" -> the epoch, or the value itself when it
-// does not parse (it is only named).
+// The epoch a key's value names, or the value itself when it does not parse
+// (it is only named).
 std::string EpochIn(const std::string& value) {
-  uint64_t epoch = 0;
-  if (value.size() >= 20 && absl::SimpleAtoi(value.substr(0, 20), &epoch)) {
-    return absl::StrCat(epoch);
-  }
+  if (const auto epoch = etcd::EpochOf(value)) return absl::StrCat(*epoch);
   return absl::StrCat("'", value, "'");
+}
+
+std::optional<uint64_t> EpochIn(const std::optional<std::string>& value) {
+  return value ? etcd::EpochOf(*value) : std::nullopt;
 }
 
 int64_t Ms(base::Duration d) { return d.count(); }
 
 }  // namespace
 
+std::optional<int64_t> RecordedLeaseToAsk(const ServingLeaseKeys& keys) {
+  if (keys.holder || !keys.recorded) return std::nullopt;
+  return etcd::RecordedLeaseOf(*keys.recorded);
+}
+
 StartCheck ServingLeaseStartRule::Check(const std::string& volume, uint64_t epoch,
-                                        const std::optional<std::string>& holder,
-                                        const std::optional<std::string>& recorded,
-                                        base::TimePoint now) {
-  if (holder) {
+                                        const ServingLeaseKeys& keys, base::TimePoint now) {
+  const StartCheck seen{.recorded_epoch = EpochIn(keys.recorded),
+                        .holder_epoch = EpochIn(keys.holder)};
+  const auto not_ready = [&](int64_t retry_after_ms, std::string waiting_for) {
+    StartCheck out = seen;
+    out.ready = false;
+    out.retry_after_ms = retry_after_ms;
+    out.waiting_for = std::move(waiting_for);
+    return out;
+  };
+  const uint64_t taken = std::max(seen.recorded_epoch.value_or(0), seen.holder_epoch.value_or(0));
+  if (taken >= epoch && (seen.recorded_epoch || seen.holder_epoch)) {
+    // Its pod would be refused the lease (superseded): the share must move
+    // above (Reconciler::CreatePod).
     seen_gone_.erase(volume);
-    return StartCheck{
-        .ready = false,
-        .retry_after_ms = Ms(poll_),
-        .waiting_for = absl::StrCat("the serving lease of epoch ", EpochIn(*holder), " to end")};
+    return not_ready(Ms(poll_), absl::StrCat("an epoch above ", taken, ", the one taken in etcd (",
+                                             epoch, " is not)"));
   }
-  if (!recorded) return StartCheck{};  // never held: the first pod
+  if (keys.holder) {
+    seen_gone_.erase(volume);
+    return not_ready(Ms(poll_),
+                     absl::StrCat("the serving lease of epoch ", EpochIn(*keys.holder), " to end"));
+  }
+  if (!keys.recorded) return seen;  // never held: the first pod
+  const std::string recorded = EpochIn(*keys.recorded);
+  const std::optional<int64_t> lease = etcd::RecordedLeaseOf(*keys.recorded);
+  if (lease && keys.recorded_lease_ttl.value_or(0) >= 0) {
+    // Its key is gone (deleted by hand?) but its holder's etcd lease lives:
+    // that holder serves until its next renewal reads the key gone. etcd
+    // reports the TTL in whole seconds, truncated: 0 may leave most of a
+    // second, so only "not found" (-1: revoked, or expired and revoked)
+    // counts as gone.
+    seen_gone_.erase(volume);
+    return not_ready(Ms(poll_), absl::StrCat("the etcd lease ", absl::Hex(*lease), " of epoch ",
+                                             recorded, " to end (its key is gone)"));
+  }
   const auto [gone, first] = seen_gone_.try_emplace(volume, now);
-  if (first) {
+  if (first && lease) {
     spdlog::info("{}: the serving lease of epoch {} is gone; epoch {} starts in {}", volume,
-                 EpochIn(*recorded), epoch, base::FormatDuration(drift_margin_));
+                 recorded, epoch, base::FormatDuration(drift_margin_));
+  } else if (first) {
+    spdlog::warn(
+        "{}: the key of epoch {} is gone and its record names no etcd lease (an unknown "
+        "holder: its share-manager waits a whole TTL for it); epoch {} starts in {}",
+        volume, recorded, epoch, base::FormatDuration(drift_margin_));
   }
   const base::TimePoint due = gone->second + drift_margin_;
   if (now >= due) {
     // The pod created now may take the key and lose it before the next
     // replacement asks: that one counts its margin from its own sighting.
     seen_gone_.erase(gone);
-    return StartCheck{};
+    return seen;
   }
-  return StartCheck{.ready = false,
-                    .retry_after_ms = Ms(std::chrono::ceil<base::Duration>(due - now)),
-                    .waiting_for = absl::StrCat(
-                        "the drift margin (", base::FormatDuration(drift_margin_),
-                        ") after the serving lease of epoch ", EpochIn(*recorded), " ended")};
+  return not_ready(Ms(std::chrono::ceil<base::Duration>(due - now)),
+                   absl::StrCat("the drift margin (", base::FormatDuration(drift_margin_),
+                                ") after the serving lease of epoch ", recorded, " ended",
+                                lease ? "" : " (its holder unknown: the record names no lease)"));
 }
 
 }  // namespace controller

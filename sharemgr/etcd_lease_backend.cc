@@ -8,11 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "etcd/client.h"
 #include "etcd/lease_keep_alive.h"
+#include "etcd/serving_lease_record.h"
 
 namespace sharemgr {
 namespace {
@@ -20,32 +19,10 @@ namespace {
 using etcdserverpb::Compare;
 using Attempt = LeaseBackend::Attempt;
 using Renewal = LeaseBackend::Renewal;
-
-// The epoch a key's value starts with ("<20 digits>[ <holder>]"), or nullopt.
-std::optional<uint64_t> EpochOf(const std::string& value) {
-  uint64_t epoch = 0;
-  if (value.size() < 20 || !absl::SimpleAtoi(value.substr(0, 20), &epoch)) return std::nullopt;
-  return epoch;
-}
-
-std::string HolderOf(const std::string& value) {
-  return value.size() > 21 ? value.substr(21) : std::string("?");
-}
-
-// The etcd lease an epoch record names ("<20 digits> <lease, hex>"), or
-// nullopt for a record written before it named one (or unreadable).
-std::optional<int64_t> RecordedLeaseOf(const std::string& value) {
-  uint64_t lease = 0;
-  if (value.size() <= 21 || !absl::SimpleHexAtoi(value.substr(21), &lease) || lease == 0) {
-    return std::nullopt;
-  }
-  return static_cast<int64_t>(lease);
-}
-
-// The epoch record of a holder on `lease`.
-std::string EpochRecord(uint64_t epoch, int64_t lease) {
-  return absl::StrCat(PaddedEpoch(epoch), " ", absl::Hex(lease));
-}
+using etcd::EpochOf;
+using etcd::EpochRecord;
+using etcd::HolderOf;
+using etcd::RecordedLeaseOf;
 
 Compare ValueIs(const std::string& key, const std::string& value) {
   Compare c;
@@ -306,7 +283,6 @@ absl::Status EtcdLeaseBackend::Revoke(base::TimePoint deadline) {
 
 }  // namespace
 
-std::string PaddedEpoch(uint64_t epoch) { return absl::StrFormat("%020u", epoch); }
 std::string LeaseKey(const LeaseConfig& config) {
   return absl::StrCat(config.prefix, "/leases/", config.volume);
 }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "base/clock.h"
 #include "etcd/client.h"
+#include "etcd/serving_lease_record.h"
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/serving_lease.h"
 
@@ -25,8 +26,8 @@ namespace sharemgr {
 
 std::string LeaseKey(const LeaseConfig& config);
 std::string EpochKey(const LeaseConfig& config);
-// An epoch as the keys hold it: 20 digits, zero-padded.
-std::string PaddedEpoch(uint64_t epoch);
+// The keys' values: etcd/serving_lease_record.h.
+using etcd::PaddedEpoch;
 
 // The etcd client the backend uses: the configured members, each call
 // bounded by LeaseCallTimeout.

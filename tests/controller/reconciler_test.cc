@@ -5,8 +5,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "controller/conditions.h"
 #include "controller/grpc_share_connector.h"
@@ -184,13 +187,28 @@ namespace {
 
 // Forwards to a runtime, noting at each Create the epoch the store holds
 // then; holds every start back while `held` (as the serving lease gate does
-// while the old pod's lease is held).
+// while the old pod's lease is held), and, as the gate does with an epoch
+// `recorded` (or `holder`) in etcd, every start at or below it.
 class SpyRuntime final : public PodRuntime {
  public:
   SpyRuntime(PodRuntime& inner, Store& store) : inner_(inner), store_(store) {}
   absl::StatusOr<StartCheck> CheckStart(const pb::ShareSpec& spec, uint64_t epoch) override {
     checked.push_back(epoch);
-    if (!held) return inner_.CheckStart(spec, epoch);
+    if (std::max(recorded.value_or(0), holder.value_or(0)) >= epoch) {
+      return StartCheck{.ready = false,
+                        .retry_after_ms = 150,
+                        .waiting_for = "an epoch above the one taken",
+                        .recorded_epoch = recorded,
+                        .holder_epoch = holder};
+    }
+    if (!held) {
+      auto check = inner_.CheckStart(spec, epoch);
+      if (check.ok()) {
+        check->recorded_epoch = recorded;
+        check->holder_epoch = holder;
+      }
+      return check;
+    }
     return StartCheck{.ready = false, .retry_after_ms = 150, .waiting_for = "the old lease"};
   }
   absl::StatusOr<Pod> Create(const pb::ShareSpec& spec, uint64_t epoch) override {
@@ -206,6 +224,7 @@ class SpyRuntime final : public PodRuntime {
   void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
 
   bool held = false;
+  std::optional<uint64_t> recorded, holder;
   std::vector<uint64_t> stored, created, checked;
 
  private:
@@ -213,21 +232,36 @@ class SpyRuntime final : public PodRuntime {
   Store& store_;
 };
 
+// Share "vol" (running, or only added) reconciled through a SpyRuntime.
+struct Spied {
+  explicit Spied(bool running) {
+    if (running) {
+      sim.AddRunningShare("vol");
+    } else {
+      sim.AddShare("vol");
+    }
+  }
+  // Passes 100 ms apart, at most `passes`, until `done`.
+  void PassUntil(const std::function<bool()>& done, int passes) {
+    for (int i = 0; i < passes && !done(); ++i) {
+      reconciler.Reconcile("vol");
+      sim.clock.Advance(100);
+    }
+  }
+  Sim sim;
+  SpyRuntime runtime{sim.cluster, sim.memory};
+  Reconciler reconciler{sim.store, runtime, sim.cluster, sim.clock, sim.clock, sim.options};
+};
+
 }  // namespace
 
 TEST_CASE("fence first: a replacement's epoch is in the store before its pod is created") {
-  Sim sim;
-  sim.AddRunningShare("vol");
-  SpyRuntime runtime(sim.cluster, sim.memory);
-  Reconciler reconciler(sim.store, runtime, sim.cluster, sim.clock, sim.clock, sim.options);
-  sim.cluster.Kill(sim.CurrentPod("vol"), 3);
-  for (int i = 0; i < 10 && runtime.created.empty(); ++i) {
-    reconciler.Reconcile("vol");
-    sim.clock.Advance(100);
-  }
-  REQUIRE(runtime.created.size() == 1);
-  CHECK(runtime.created[0] == 2);
-  CHECK(runtime.stored[0] == 2);
+  Spied s(true);
+  s.sim.cluster.Kill(s.sim.CurrentPod("vol"), 3);
+  s.PassUntil([&] { return !s.runtime.created.empty(); }, 10);
+  REQUIRE(s.runtime.created.size() == 1);
+  CHECK(s.runtime.created[0] == 2);
+  CHECK(s.runtime.stored[0] == 2);
 }
 
 TEST_CASE(
@@ -261,6 +295,44 @@ TEST_CASE(
   CHECK(runtime.created == std::vector<uint64_t>{2});
   CHECK_FALSE(ConditionTrue(sim.Get("vol").status(), condition::kWaitingToStart));
   CHECK(sim.Get("vol").status().pod() == PodName("vol", 2));
+}
+
+TEST_CASE(
+    "epochs: an epoch recorded in etcd at or above the share's moves it to recorded + 1, persisted "
+    "before its pod is created") {
+  Spied s(false);
+  s.runtime.recorded = 41;  // a record restored from an older copy, another deployment's
+  s.PassUntil([&] { return !s.runtime.created.empty(); }, 5);
+  CHECK(s.runtime.created == std::vector<uint64_t>{42});  // never under a lower epoch
+  CHECK(s.runtime.stored == std::vector<uint64_t>{42});   // recorded before the pod existed
+  const auto st = s.sim.Get("vol").status();
+  CHECK(st.epoch() == 42);
+  CHECK(st.pod() == PodName("vol", 42));
+  CHECK(st.replacements() == 0);
+  const Condition& advanced = RequireCondition(st, condition::kEpochAdvanced);
+  CHECK(advanced.status());
+  CHECK(advanced.reason() == "RecordedByOther");
+  CHECK(advanced.message() == "epoch 1 is not above epoch 41 taken in etcd: moved to epoch 42");
+  REQUIRE(s.sim.RunUntilRunning("vol"));
+  CHECK(s.sim.CurrentPod("vol") == PodName("vol", 42));
+}
+
+TEST_CASE("epochs: a replacement below a live holder's epoch moves above it, and never backwards") {
+  Spied s(true);
+  s.runtime.recorded = 1;  // ours: below the replacement's epoch, nothing moves for it
+  s.runtime.holder = 7;
+  s.runtime.held = true;  // as the gate while that holder's key is there
+  s.sim.cluster.Kill(s.sim.CurrentPod("vol"), 3);
+  s.PassUntil([&] { return s.sim.Get("vol").status().epoch() >= 8; }, 5);
+  CHECK(s.sim.Get("vol").status().epoch() == 8);
+  CHECK(s.runtime.created.empty());  // the holder's key is still there: no pod yet
+  s.runtime.holder.reset();
+  s.runtime.held = false;
+  s.runtime.recorded = 3;  // now lower than the share's: it stays at 8
+  s.PassUntil([&] { return !s.runtime.created.empty(); }, 5);
+  CHECK(s.runtime.created == std::vector<uint64_t>{8});
+  CHECK(s.sim.Get("vol").status().epoch() == 8);
+  for (const uint64_t checked : s.runtime.checked) CHECK(checked >= 2);
 }
 
 TEST_CASE("two live pods are repaired: the one the status names stays, the other goes") {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/files.h"
@@ -26,6 +27,8 @@
 #include "controller/etcd_store.h"
 #include "controller/ha_replica.h"
 #include "controller/local_pod_runtime.h"
+#include "etcd/lease_keep_alive.h"
+#include "etcd/serving_lease_record.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/etcd_keys.h"
@@ -53,6 +56,7 @@ constexpr char kVolume[] = "vol-ha";
 constexpr char kPrefix[] = "/ha";
 constexpr char kLeaderKey[] = "/ha/leader";
 constexpr char kLeaseKey[] = "/ha/leases/vol-ha";
+constexpr char kEpochKey[] = "/ha/epochs/vol-ha";
 constexpr milliseconds kLeaderTtl{3000};
 constexpr milliseconds kPodLeaseTtl{4000};
 constexpr milliseconds kDriftMargin{1000};
@@ -77,7 +81,16 @@ char ProcState(pid_t pid) {
 // frozen), then every pod they left is deleted by a runtime over the work
 // dir, and only then does the etcd cluster go.
 struct Ha {
-  Ha() {
+  // `recorded`: an epoch record P/epochs/<volume> put in etcd before any
+  // replica starts (another deployment's, one restored from an older copy),
+  // on an etcd lease that no longer exists: the share runs above it.
+  explicit Ha(uint64_t recorded = 0) {
+    if (recorded != 0) {
+      etcdserverpb::PutRequest put;
+      put.set_key(kEpochKey);
+      put.set_value(etcd::EpochRecord(recorded, 0x7a11));
+      RequireOk(look->Put(put));
+    }
     for (int i = 0; i < 3; ++i) {
       StartReplica(i);
       if (i == 0) {
@@ -85,7 +98,8 @@ struct Ha {
                         replicas[0]->output());
       }
     }
-    REQUIRE_MESSAGE(replicas[0]->WaitOutput("vol-ha RUNNING epoch=1", milliseconds(30'000)),
+    REQUIRE_MESSAGE(replicas[0]->WaitOutput(absl::StrCat("vol-ha RUNNING epoch=", recorded + 1),
+                                            milliseconds(30'000)),
                     replicas[0]->output());
   }
 
@@ -164,6 +178,11 @@ struct Ha {
     return LeaderIndex();
   }
   pb::ShareStatusRecord Status() { return RequireOk(store->Get(kVolume)).status(); }
+  // The share is RUNNING under `epoch`.
+  bool Runs(uint64_t epoch) {
+    const auto st = Status();
+    return st.phase() == pb::RUNNING && st.epoch() == epoch;
+  }
   // The pid and NFS port its record file gives the pod (as the runtime wrote it).
   std::pair<pid_t, uint16_t> PodProcess(const std::string& pod) {
     const auto text = RequireOk(base::ReadFile(work + "/" + kVolume + "/pods/" + pod + ".pod"));
@@ -424,15 +443,118 @@ TEST_CASE(
   // Both seen by polling every 20 ms: the pod appeared no sooner than the
   // margin after the key went (less the poll that saw the key late).
   CHECK(*created - *gone >= kDriftMargin - milliseconds(40));
-  REQUIRE_MESSAGE(WaitFor(
-                      [&] {
-                        const auto st = ha.Status();
-                        return st.phase() == pb::RUNNING && st.epoch() == 2;
-                      },
-                      milliseconds(30'000)),
-                  ha.Describe());
+  REQUIRE_MESSAGE(WaitFor([&] { return ha.Runs(2); }, milliseconds(30'000)), ha.Describe());
   CHECK(RequireOk(EtcdGet(*ha.look, kLeaseKey)).value().substr(0, 21) == "00000000000000000002 ");
   CHECK(ha.Leader() == "r0");  // one leader throughout
+}
+
+TEST_CASE(
+    "HA share-controller: an epoch recorded in etcd above the share's (another deployment's, a "
+    "restored record) moves the share above it before any pod starts: it serves under recorded + "
+    "1, and NFS writes land") {
+  Ha ha(41);
+  const Serving serving = Snapshot(ha);
+  CHECK(serving.epoch == 42);
+  CHECK(serving.pod == PodName(kVolume, 42));
+  // No pod under a lower epoch ever started (it would have been refused the
+  // lease): no log of epoch 1's, one pod record.
+  CHECK_FALSE(
+      std::filesystem::exists(ha.work + "/" + kVolume + "/" + PodName(kVolume, 1) + ".log"));
+  CHECK(PodRecords(ha) == std::set<std::string>{PodName(kVolume, 42) + ".pod"});
+  const auto st = ha.Status();
+  CHECK(st.replacements() == 0);
+  const Condition* advanced = FindCondition(st, condition::kEpochAdvanced);
+  REQUIRE_MESSAGE(advanced != nullptr, ha.Describe());
+  CHECK(advanced->status());
+  CHECK(advanced->reason() == "RecordedByOther");
+  CHECK(advanced->message() == "epoch 1 is not above epoch 41 taken in etcd: moved to epoch 42");
+  CHECK(RequireOk(EtcdGet(*ha.look, kLeaseKey)).value().substr(0, 21) ==
+        etcd::PaddedEpoch(42) + " ");
+  CHECK(etcd::EpochOf(RequireOk(EtcdGet(*ha.look, kEpochKey)).value()) == 42u);
+  // Served once its NFS grace period (2 s here) is over.
+  CHECK(WaitFor(
+      [&] {
+        return testing_support::WriteOnce("127.0.0.1", serving.nfs_port, std::string("/") + kVolume,
+                                          "/above-recorded", "data", milliseconds(1000))
+            .ok();
+      },
+      milliseconds(15'000)));
+}
+
+TEST_CASE(
+    "HA share-controller: the lease key deleted by hand (etcdctl del) while the holder's etcd "
+    "lease lives: no new pod until that lease is gone, then the drift margin") {
+  Ha ha;
+  const Serving before = Snapshot(ha);
+  const auto held = EtcdGet(*ha.look, kLeaseKey);
+  REQUIRE(held.has_value());
+  const int64_t lease = held->lease();
+  const std::string next_pod_record =
+      ha.work + "/" + kVolume + "/pods/" + PodName(kVolume, 2) + ".pod";
+  // The holder goes without a word (SIGKILL: no revoke), while its etcd lease
+  // is kept alive from here, as a holder cut off from the controller but not
+  // from etcd renews it, and would serve on until it reads its key gone.
+  etcd::LeaseKeepAliveStream keep_alive(*ha.look);
+  const auto renew = [&] {
+    const auto kept = keep_alive.KeepAlive(
+        lease, std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+    return kept.ok() && kept->ttl() > 0;
+  };
+  REQUIRE(renew());
+  // The key first: the controller never sees it held once the holder is gone.
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(kLeaseKey);
+  RequireOk(ha.look->DeleteRange(del));
+  kill(before.pid, SIGKILL);
+  // The replacement's epoch is recorded and it waits for the lease.
+  std::string waiting_for;
+  auto last_renewal = Clock::now();
+  const auto renew_now_and_then = [&] {
+    if (Clock::now() - last_renewal >= milliseconds(500)) {
+      REQUIRE(renew());
+      last_renewal = Clock::now();
+    }
+  };
+  REQUIRE_MESSAGE(WaitFor(
+                      [&] {
+                        renew_now_and_then();
+                        const auto st = ha.Status();
+                        const Condition* c = FindCondition(st, condition::kWaitingToStart);
+                        if (st.epoch() != 2 || c == nullptr || !c->status()) return false;
+                        waiting_for = c->message();
+                        return true;
+                      },
+                      milliseconds(20'000)),
+                  ha.Describe());
+  CHECK(waiting_for ==
+        absl::StrCat("the etcd lease ", absl::Hex(lease), " of epoch 1 to end (its key is gone)"));
+  // Several drift margins with the lease alive: no pod.
+  CHECK_MESSAGE(HoldsFor(
+                    [&] {
+                      renew_now_and_then();
+                      return !std::filesystem::exists(next_pod_record);
+                    },
+                    3 * kDriftMargin),
+                ha.Describe());
+  // The lease ends (its holder stopped at last): the pod follows, a margin later.
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(lease);
+  keep_alive.Close();
+  RequireOk(ha.look->LeaseRevoke(revoke));
+  const auto revoked = Clock::now();
+  std::optional<Clock::time_point> created;
+  WaitFor(
+      [&] {
+        if (std::filesystem::exists(next_pod_record)) created = Clock::now();
+        return created.has_value();
+      },
+      milliseconds(20'000));
+  REQUIRE_MESSAGE(created.has_value(), ha.Describe());
+  MESSAGE("epoch 2's pod created " << Ms(*created - revoked)
+                                   << " ms after epoch 1's etcd lease was revoked (drift margin "
+                                   << kDriftMargin.count() << " ms)");
+  CHECK(*created - revoked >= kDriftMargin - milliseconds(40));
+  REQUIRE_MESSAGE(WaitFor([&] { return ha.Runs(2); }, milliseconds(30'000)), ha.Describe());
 }
 
 TEST_CASE(
@@ -541,13 +663,7 @@ TEST_CASE(
   const int next = ha.AwaitNewLeader(restored, "(r0) exited and the quorum came back");
   REQUIRE_MESSAGE(ha.replicas[next]->WaitOutput("controlling 1 share(s)", milliseconds(10'000)),
                   ha.replicas[next]->output());
-  REQUIRE_MESSAGE(WaitFor(
-                      [&] {
-                        const auto st = ha.Status();
-                        return st.phase() == pb::RUNNING && st.epoch() == 2;
-                      },
-                      milliseconds(60'000)),
-                  ha.Describe());
+  REQUIRE_MESSAGE(WaitFor([&] { return ha.Runs(2); }, milliseconds(60'000)), ha.Describe());
   MESSAGE("epoch 2 RUNNING " << Ms(Clock::now() - restored) << " ms after the quorum came back");
   const Serving after = Snapshot(ha);
   CHECK(after.pod == PodName(kVolume, 2));

@@ -38,6 +38,7 @@
 #include "controller/etcd_store.h"
 #include "controller/leader_election.h"
 #include "controller/serving_lease_start_rule.h"
+#include "etcd/serving_lease_record.h"
 #include "sharemgr/serving_lease.h"
 
 namespace sharemgr {
@@ -126,6 +127,7 @@ struct EtcdModel {
   std::map<int64_t, Lease> leases;
   std::optional<LeaseKey> key;
   uint64_t recorded_epoch = 0;
+  int64_t recorded_lease = 0;  // the lease its holder took it on
   // etcd revokes an expired lease (and deletes its keys) on its lessor's
   // next check, up to this long after the expiry.
   Micros revoke_delay = 0;
@@ -207,6 +209,12 @@ struct EtcdModel {
     record_epoch = epoch;
     record_revision = ++revision;
     return Written::kDone;
+  }
+  // LeaseTimeToLive: whole seconds left, truncated (0 or less once expired,
+  // until revoked), -1 when not found.
+  int64_t TimeToLive(int64_t lease) const {
+    auto it = leases.find(lease);
+    return it == leases.end() ? -1 : (it->second.expiry - now) / kSec;
   }
   bool Alive(int64_t lease) const {
     auto it = leases.find(lease);
@@ -302,6 +310,7 @@ class SimBackend final : public LeaseBackend {
       etcd_.leases[lease_] = {etcd_.now + ttl_seconds * kSec, ttl_seconds * kSec};
       etcd_.key = EtcdModel::LeaseKey{epoch_, lease_};
       etcd_.recorded_epoch = epoch_;
+      etcd_.recorded_lease = lease_;
       return Attempt{.outcome = Attempt::Outcome::kTaken, .granted_ttl_seconds = ttl_seconds};
     });
     if (attempt.ok() && attempt->outcome == Attempt::Outcome::kTaken) unsettled_.clear();
@@ -690,15 +699,11 @@ struct Replica {
   bool replacing = false;  // decided the share's pod is to be replaced
 };
 
-std::string LeaseKeyValue(uint64_t epoch) {
-  std::string digits = std::to_string(epoch);
-  return std::string(20 - digits.size(), '0') + digits + " pod";
-}
-
 // What the leader reads before a replacement: the share's record and the
-// two keys ServingLeaseGate reads, at one revision.
+// two keys ServingLeaseGate reads, at one revision, with the recorded
+// lease's TTL when the gate asks for it.
 struct LeaderRead {
-  std::optional<std::string> holder, recorded;
+  controller::ServingLeaseKeys keys;
   uint64_t epoch = 0;
   int64_t revision = 0;
 };
@@ -719,17 +724,19 @@ void Reconcile(Replica& r, Volume& volume, Outcome& outcome) {
   }
   const Duration call = etcd::LeaseCallTimeout(Duration(volume.ttl / kMs));
   auto read = r.wire.Call<LeaderRead>(r.clock.Now() + call, [&] {
-    return LeaderRead{
-        .holder = etcd.key ? std::optional(LeaseKeyValue(etcd.key->epoch)) : std::nullopt,
-        .recorded =
-            etcd.recorded_epoch ? std::optional(std::to_string(etcd.recorded_epoch)) : std::nullopt,
-        .epoch = etcd.record_epoch,
-        .revision = etcd.record_revision};
+    LeaderRead seen{.epoch = etcd.record_epoch, .revision = etcd.record_revision};
+    if (etcd.key) seen.keys.holder = absl::StrCat(etcd::PaddedEpoch(etcd.key->epoch), " pod");
+    if (etcd.recorded_epoch) {
+      seen.keys.recorded = etcd::EpochRecord(etcd.recorded_epoch, etcd.recorded_lease);
+    }
+    if (const auto lease = controller::RecordedLeaseToAsk(seen.keys)) {
+      seen.keys.recorded_lease_ttl = etcd.TimeToLive(*lease);
+    }
+    return seen;
   });
   if (!read.ok()) return;
   const uint64_t epoch = read->epoch + 1;
-  const controller::StartCheck check =
-      r.rule.Check(kVolume, epoch, read->holder, read->recorded, r.clock.Now());
+  const controller::StartCheck check = r.rule.Check(kVolume, epoch, read->keys, r.clock.Now());
   if (!check.ready) {
     r.next_step = r.clock.TrueAt(r.clock.Now() + Duration(check.retry_after_ms));
     return;
