@@ -225,7 +225,10 @@ absl::StatusOr<std::optional<Attempt>> EtcdLeaseBackend::EarlierHolderLives(
   ask.set_id(*recorded_lease);
   auto ttl = client_->LeaseTimeToLive(ask);
   if (!ttl.ok()) return ttl.status();
-  if (ttl->ttl() <= 0) return std::nullopt;  // gone for good: that holder has stopped
+  // -1: etcd no longer knows the lease, so that holder has stopped. A TTL of
+  // 0 is truncated to whole seconds and may leave most of a second: not yet
+  // (the controller's gate reads it the same way).
+  if (ttl->ttl() < 0) return std::nullopt;
   awaited_lease_ = *recorded_lease;
   return lives;
 }
