@@ -26,6 +26,29 @@ uint64_t TakenEpoch(const StartCheck& check) {
   return std::max(check.recorded_epoch.value_or(0), check.holder_epoch.value_or(0));
 }
 
+// Whether a share of `epoch` may move above what etcd holds: not when its
+// own pod holds the lease (alive, only not listed yet: moving on would
+// replace it), nor to an epoch implausibly far ahead (a record mangled or
+// hostile: the share would be stuck near the end of the epochs for good; a
+// human mends the record).
+constexpr uint64_t kMaxEpochAdvance = uint64_t{1} << 32;
+bool MayMoveAbove(const StartCheck& check, uint64_t epoch) {
+  if (check.holder_epoch == epoch && check.recorded_epoch.value_or(0) <= epoch) return false;
+  return TakenEpoch(check) <= epoch || TakenEpoch(check) - epoch <= kMaxEpochAdvance;
+}
+
+// Why a share waits to start: the runtime's words, or the epoch it will not follow.
+std::string WaitingFor(const StartCheck& check, uint64_t epoch) {
+  if (!MayMoveAbove(check, epoch) && TakenEpoch(check) > epoch) {
+    return absl::StrCat("epoch ", TakenEpoch(check), " taken in etcd is more than ",
+                        kMaxEpochAdvance, " above epoch ", epoch,
+                        ": not followed (mend the volume's epoch record by hand)");
+  }
+  if (check.waiting_for.empty())
+    return absl::StrCat("an epoch above ", TakenEpoch(check), ", taken in etcd");
+  return check.waiting_for;
+}
+
 std::string Duration(int64_t ms) { return base::FormatDuration(base::Duration(ms)); }
 
 // Sets a condition false only if it exists, so healthy shares carry no noise.
@@ -501,7 +524,8 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
   // its epoch recorded already.
   auto start = runtime_.CheckStart(record.spec(), st.epoch());
   if (!start.ok()) return {.requeue_after_ms = std::nullopt, .error = start.status()};
-  if (const uint64_t above = SaturatingIncrement(TakenEpoch(*start)); above > st.epoch()) {
+  if (const uint64_t above = SaturatingIncrement(TakenEpoch(*start));
+      above > st.epoch() && MayMoveAbove(*start, st.epoch())) {
     // An epoch at or above ours is taken in etcd: a pod of ours would be
     // refused the lease, and so would each next epoch up to it. Move above
     // it at once, recorded before the pod exists, then ask again.
@@ -520,10 +544,7 @@ PassResult Reconciler::CreatePod(ShareRecord& record, ShareStatusRecord st, Shar
   // Taken again since (or the epochs ran out): the next pass moves on.
   const bool taken = TakenEpoch(*start) >= st.epoch();
   if (!start->ready || taken) {
-    SetCondition(st, condition::kWaitingToStart, true, "Waiting",
-                 taken && start->waiting_for.empty()
-                     ? absl::StrCat("an epoch above ", TakenEpoch(*start), ", taken in etcd")
-                     : start->waiting_for,
+    SetCondition(st, condition::kWaitingToStart, true, "Waiting", WaitingFor(*start, st.epoch()),
                  now.wall_ms);
     if (auto s = Persist(record, st); !s.ok())
       return {.requeue_after_ms = std::nullopt, .error = s};

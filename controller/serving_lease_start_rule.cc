@@ -41,6 +41,21 @@ StartCheck ServingLeaseStartRule::Check(const std::string& volume, uint64_t epoc
     out.waiting_for = std::move(waiting_for);
     return out;
   };
+  if (keys.recorded && !seen.recorded_epoch) {
+    // No pod could take the lease over it (its share-manager refuses the
+    // record): nothing starts until someone mends it.
+    seen_gone_.erase(volume);
+    return not_ready(Ms(poll_), absl::StrCat("the epoch record of ", volume, " ('", *keys.recorded,
+                                             "', not an epoch) to be mended by hand"));
+  }
+  if (seen.holder_epoch == epoch && seen.recorded_epoch.value_or(0) <= epoch) {
+    // A pod of this very epoch holds the lease: it runs, though the asker's
+    // list of pods does not show it yet (a lagging list, a Create whose
+    // answer was lost). Moving above it would replace a healthy server.
+    seen_gone_.erase(volume);
+    return not_ready(Ms(poll_), absl::StrCat("the serving lease is held by epoch ", epoch,
+                                             " itself: its pod runs, not yet listed"));
+  }
   const uint64_t taken = std::max(seen.recorded_epoch.value_or(0), seen.holder_epoch.value_or(0));
   if (taken >= epoch && (seen.recorded_epoch || seen.holder_epoch)) {
     // Its pod would be refused the lease (superseded): the share must move
@@ -67,7 +82,13 @@ StartCheck ServingLeaseStartRule::Check(const std::string& volume, uint64_t epoc
     return not_ready(Ms(poll_), absl::StrCat("the etcd lease ", absl::Hex(*lease), " of epoch ",
                                              recorded, " to end (its key is gone)"));
   }
-  const auto [gone, first] = seen_gone_.try_emplace(volume, now);
+  // Counted for this record only: another holder's record (one that took
+  // the key and ended meanwhile, unseen) starts the count again.
+  auto [gone, first] = seen_gone_.try_emplace(volume, SeenGone{*keys.recorded, now});
+  if (!first && gone->second.record != *keys.recorded) {
+    gone->second = SeenGone{*keys.recorded, now};
+    first = true;
+  }
   if (first && lease) {
     spdlog::info("{}: the serving lease of epoch {} is gone; epoch {} starts in {}", volume,
                  recorded, epoch, base::FormatDuration(drift_margin_));
@@ -77,7 +98,7 @@ StartCheck ServingLeaseStartRule::Check(const std::string& volume, uint64_t epoc
         "holder: its share-manager waits a whole TTL for it); epoch {} starts in {}",
         volume, recorded, epoch, base::FormatDuration(drift_margin_));
   }
-  const base::TimePoint due = gone->second + drift_margin_;
+  const base::TimePoint due = gone->second.at + drift_margin_;
   if (now >= due) {
     // The pod created now may take the key and lose it before the next
     // replacement asks: that one counts its margin from its own sighting.

@@ -62,17 +62,23 @@ class ServingLeaseStartRule {
   // pod) or the drift margin has passed since the key and the recorded lease
   // were first seen gone by the checks for this pod (a restart, or a new
   // replacement, waits the margin again). A record naming a lease whose TTL
-  // is not given counts as held. `now` on the asker's monotonic clock, read
-  // after the values were.
+  // is not given counts as held. Never ready while the record is not an
+  // epoch (mended by hand), or while a holder of `epoch` itself holds the
+  // key (its pod runs: the asker must not move above it). `now` on the
+  // asker's monotonic clock, read after the values were.
   StartCheck Check(const std::string& volume, uint64_t epoch, const ServingLeaseKeys& keys,
                    base::TimePoint now);
 
  private:
   const base::Duration drift_margin_;
   const base::Duration poll_;
-  // By volume: when its lease key and recorded lease were first seen gone
-  // (monotonic).
-  std::map<std::string, base::TimePoint> seen_gone_;
+  // By volume: when its lease key and the recorded lease were first seen
+  // gone (monotonic), and the record that named that lease.
+  struct SeenGone {
+    std::string record;
+    base::TimePoint at;
+  };
+  std::map<std::string, SeenGone> seen_gone_;
 };
 
 }  // namespace controller

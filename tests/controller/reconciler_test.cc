@@ -194,8 +194,9 @@ class SpyRuntime final : public PodRuntime {
   SpyRuntime(PodRuntime& inner, Store& store) : inner_(inner), store_(store) {}
   absl::StatusOr<StartCheck> CheckStart(const pb::ShareSpec& spec, uint64_t epoch) override {
     checked.push_back(epoch);
+    if (keep_taken && recorded) recorded = std::max(*recorded, epoch);
     if (std::max(recorded.value_or(0), holder.value_or(0)) >= epoch) {
-      return StartCheck{.ready = false,
+      return StartCheck{.ready = ready_when_taken,
                         .retry_after_ms = 150,
                         .waiting_for = "an epoch above the one taken",
                         .recorded_epoch = recorded,
@@ -224,7 +225,12 @@ class SpyRuntime final : public PodRuntime {
   void Watch(Listener listener) override { inner_.Watch(std::move(listener)); }
 
   bool held = false;
+  // What etcd holds (as the gate reports it); keep_taken: each ask finds its
+  // own epoch recorded already (another actor keeps ahead).
   std::optional<uint64_t> recorded, holder;
+  bool keep_taken = false;
+  // A gate that says ready although the epoch is taken.
+  bool ready_when_taken = false;
   std::vector<uint64_t> stored, created, checked;
 
  private:
@@ -333,6 +339,47 @@ TEST_CASE("epochs: a replacement below a live holder's epoch moves above it, and
   CHECK(s.runtime.created == std::vector<uint64_t>{8});
   CHECK(s.sim.Get("vol").status().epoch() == 8);
   for (const uint64_t checked : s.runtime.checked) CHECK(checked >= 2);
+}
+
+TEST_CASE(
+    "epochs: the lease held by the share's own epoch (its pod not listed yet) is waited for, "
+    "never moved above") {
+  Spied s(false);
+  s.runtime.recorded = 1;
+  s.runtime.holder = 1;  // a pod of epoch 1 runs, though the runtime does not list it
+  s.PassUntil([] { return false; }, 5);
+  CHECK(s.runtime.created.empty());
+  const auto st = s.sim.Get("vol").status();
+  CHECK(st.epoch() == 1);
+  CHECK(FindCondition(st, condition::kEpochAdvanced) == nullptr);
+  CHECK(RequireCondition(st, condition::kWaitingToStart).message() ==
+        "an epoch above the one taken");
+}
+
+TEST_CASE(
+    "epochs: an epoch recorded implausibly far ahead is not followed, and the share says why") {
+  Spied s(false);
+  s.runtime.recorded = (uint64_t{1} << 32) + 2;  // 2^32 + 1 above epoch 1
+  s.PassUntil([] { return false; }, 5);
+  CHECK(s.runtime.created.empty());
+  const auto st = s.sim.Get("vol").status();
+  CHECK(st.epoch() == 1);
+  CHECK(RequireCondition(st, condition::kWaitingToStart).message() ==
+        "epoch 4294967298 taken in etcd is more than 4294967296 above epoch 1: not followed (mend "
+        "the volume's epoch record by hand)");
+  // Exactly 2^32 above: followed.
+  s.runtime.recorded = (uint64_t{1} << 32) + 1;
+  s.PassUntil([&] { return !s.runtime.created.empty(); }, 5);
+  CHECK(s.runtime.created == std::vector<uint64_t>{(uint64_t{1} << 32) + 2});
+}
+
+TEST_CASE("epochs: a runtime saying ready under an epoch taken in etcd still creates nothing") {
+  Spied s(false);
+  s.runtime.recorded = 3;
+  s.runtime.ready_when_taken = true;  // a gate that got it wrong
+  s.runtime.keep_taken = true;        // and etcd moves on with each ask
+  s.PassUntil([] { return false; }, 3);
+  CHECK(s.runtime.created.empty());
 }
 
 TEST_CASE("two live pods are repaired: the one the status names stays, the other goes") {

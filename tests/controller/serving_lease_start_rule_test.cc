@@ -153,6 +153,45 @@ TEST_CASE(
   CHECK(f.Check(5, keys).ready);
 }
 
+TEST_CASE(
+    "start rule: another holder's record, gone unseen between two checks, starts the margin "
+    "over") {
+  RuleFixture f;
+  CHECK_FALSE(f.Check(7, Gone(4)).ready);
+  f.clock.Advance(milliseconds(400));
+  // Meanwhile epoch 5 took the key, served and ended, all between two asks.
+  CHECK_FALSE(f.Check(7, Gone(5)).ready);
+  f.clock.Advance(milliseconds(400));
+  CHECK_FALSE(f.Check(7, Gone(5)).ready);  // 800 ms since 4 was seen gone, 400 since 5 was
+  f.clock.Advance(milliseconds(100));
+  CHECK(f.Check(7, Gone(5)).ready);
+}
+
+TEST_CASE("start rule: an epoch record that is not an epoch starts nothing, and says so") {
+  RuleFixture f;
+  for (const std::string bad : {"abc", "-1", "99999999999999999999 1f2e", "12"}) {
+    CAPTURE(bad);
+    for (int i = 0; i < 3; ++i) {
+      const StartCheck check = f.Check(5, {.recorded = bad, .recorded_lease_ttl = -1});
+      CHECK_FALSE(check.ready);
+      CHECK(check.waiting_for ==
+            "the epoch record of vol ('" + bad + "', not an epoch) to be mended by hand");
+      f.clock.Advance(milliseconds(10'000));
+    }
+  }
+}
+
+TEST_CASE(
+    "start rule: the lease held by the asked epoch itself is its own pod running: not ready, "
+    "never 'taken'") {
+  RuleFixture f;
+  const StartCheck check = f.Check(5, {.holder = Holder(5), .recorded = etcd::EpochRecord(5, 1)});
+  CHECK_FALSE(check.ready);
+  CHECK(check.holder_epoch == 5u);
+  CHECK(check.waiting_for ==
+        "the serving lease is held by epoch 5 itself: its pod runs, not yet listed");
+}
+
 TEST_CASE("serving lease records: one format for both sides") {
   CHECK(etcd::PaddedEpoch(42) == "00000000000000000042");
   CHECK(etcd::EpochRecord(42, 0xabc) == "00000000000000000042 abc");
