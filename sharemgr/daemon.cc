@@ -560,6 +560,16 @@ void Daemon::ExtendFencer(base::TimePoint valid_until) {
   }
 }
 
+void Daemon::OnLeaseLost(const std::string& why) {
+  // The fencer first, from this thread: the validity is over now, not at the
+  // valid_until it last heard (up to 2/3 TTL away), so it kills an armed
+  // ganesha at once, and any later one as it is armed, even while the loop
+  // that fences stalls. Told of nothing (stopped, gone), the fence still runs.
+  auto told = fencer_->Extend(base::TimePoint{});
+  loop_.Post(
+      [this, why = told.ok() ? why : absl::StrCat(why, "; ", told.message())] { FenceLease(why); });
+}
+
 void Daemon::FenceLease(const std::string& why) {
   if (lease_lost_) return;
   lease_lost_ = true;
@@ -639,27 +649,25 @@ int Daemon::Run() {
     fencer_ = *std::move(fencer);
     lease_timer_.emplace(
         loop_, [this] { CheckLease(); }, CLOCK_BOOTTIME);
-    // The keeper's thread hands everything to the loop, but for the fencer's
-    // extensions.
-    lease_.emplace(
-        *lease_backend_, lease_clock_, config_.lease->options,
-        ServingLease::Hooks{
-            .taken =
-                [this] {
-                  // The fencer knows the validity before any ganesha is armed.
-                  if (const auto until = lease_->valid_until()) ExtendFencer(*until);
-                  loop_.Post([this] { OnLeaseTaken(); });
-                },
-            .lost =
-                [this](const std::string& why) { loop_.Post([this, why] { FenceLease(why); }); },
-            // The new valid_until to the fencer from this thread, to the
-            // lease timer through the loop.
-            .renewed =
-                [this](base::TimePoint valid_until) {
-                  ExtendFencer(valid_until);
-                  loop_.Post([this] { CheckLease(); });
-                },
-        });
+    // The keeper's thread hands everything to the loop, but for what the
+    // fencer must hear even while the loop stalls: each renewal, and the end.
+    lease_.emplace(*lease_backend_, lease_clock_, config_.lease->options,
+                   ServingLease::Hooks{
+                       .taken =
+                           [this] {
+                             // The fencer knows the validity before any ganesha is armed.
+                             if (const auto until = lease_->valid_until()) ExtendFencer(*until);
+                             loop_.Post([this] { OnLeaseTaken(); });
+                           },
+                       .lost = [this](const std::string& why) { OnLeaseLost(why); },
+                       // The new valid_until to the fencer from this thread, to the
+                       // lease timer through the loop.
+                       .renewed =
+                           [this](base::TimePoint valid_until) {
+                             ExtendFencer(valid_until);
+                             loop_.Post([this] { CheckLease(); });
+                           },
+                   });
   }
   board_.Update([&](v1::ShareStatus& s) {
     s.set_state(v1::STARTING);

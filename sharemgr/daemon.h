@@ -68,6 +68,9 @@ class Daemon {
   // tells the fencer itself, so that a stalled loop cannot keep a renewal
   // from it (the fencer would kill a ganesha whose lease is valid).
   void ExtendFencer(base::TimePoint valid_until);
+  // The keeper lost the lease (or could not take it): the fencer's validity
+  // ends now, and the loop fences. Keeper thread.
+  void OnLeaseLost(const std::string& why);
   // Whether serving may start or go on now: always without a lease; with
   // one, only while it is valid. An expired lease is fenced here (a lost one
   // by the keeper's hook, already posted).

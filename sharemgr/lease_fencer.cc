@@ -38,7 +38,7 @@ struct Command {
 struct Report {
   int32_t pid = 0;
   int32_t error = 0;    // errno of pidfd_send_signal, 0 when sent
-  int64_t late_ns = 0;  // how long after the deadline
+  int64_t late_ns = 0;  // how long after the deadline; -1: there was none (the lease is over)
 };
 
 // A SIGKILLed fencer is gone in well under this.
@@ -140,7 +140,8 @@ class Fencer {
   }
 
   void Fire() {
-    const int64_t late = BootNow() - valid_until_ns_;
+    // The clock's zero: no validity at all (the lease lost, or never heard of).
+    const int64_t late = valid_until_ns_ > 0 ? BootNow() - valid_until_ns_ : -1;
     fired_ = true;
     const int error = KillArmed();
     // Only now: telling comes after the kill.
@@ -298,7 +299,9 @@ void LeaseFencer::OnReports() {
   while (next()) {
     const auto late =
         std::chrono::duration_cast<base::Duration>(std::chrono::nanoseconds(report.late_ns));
-    if (report.error == 0) {
+    if (report.error == 0 && report.late_ns < 0) {
+      spdlog::error("lease fencer SIGKILLed ganesha pid {}: the serving lease is over", report.pid);
+    } else if (report.error == 0) {
       spdlog::error(
           "lease fencer SIGKILLed ganesha pid {} {} after the serving lease's validity ended "
           "without an extension",

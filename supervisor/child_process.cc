@@ -10,13 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/clock.h"
 
 extern char** environ;
 
@@ -47,7 +50,10 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name) {
 // A held child whose gate closed without a Release: it never ran the program.
 constexpr int kNeverReleased = 125;
 // A cancelled child exits at once; one that does not (stopped by someone) is SIGKILLed.
-constexpr int kCancelExitMs = 1000;
+constexpr base::Duration kCancelExitTime{1000};
+// A SIGKILLed child (or one whose end of the gate closed: it is exiting) is
+// gone in well under this, unless stuck in the kernel.
+constexpr base::Duration kKilledExitTime{5000};
 
 // Runs in the forked child: only async-signal-safe calls until exec. A held
 // child gets the gate's two ends: it waits on `gate`, and closes the
@@ -77,6 +83,9 @@ constexpr int kCancelExitMs = 1000;
       n = read(gate, &go, 1);
     } while (n < 0 && errno == EINTR);
     if (n != 1) _exit(kNeverReleased);
+    // The parent waits for this: without it, a child killed at the gate
+    // after the go was sent would look released.
+    [[maybe_unused]] auto acked = write(gate, &go, 1);
   }
   execve(path, argv, environ);
   const int err = errno;
@@ -111,6 +120,20 @@ std::set<pid_t>& OwnedPids() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ChildProcess::SpawnMu
 void Disown(pid_t pid) {
   absl::MutexLock lock(&ChildProcess::SpawnMutex());
   OwnedPids().erase(pid);
+}
+
+// Waits up to `timeout` for the pidfd to turn readable (the child exited),
+// through signals.
+bool AwaitExit(int pidfd, base::Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd exited{pidfd, POLLIN, 0};
+    const int n = poll(&exited, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
 }
 
 // Waits until the child has exec'd (the report's write end closed with it) or
@@ -209,16 +232,35 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
                       std::move(report_read), *std::move(path));
 }
 
-absl::Status ChildProcess::Release() {
+absl::Status ChildProcess::Release(ChildExit* exited) {
   if (!gate_) return absl::FailedPreconditionError("the child is not held");
   const char go = 1;
-  // A child killed while held takes nothing (EPIPE): its exit shows through
-  // the pidfd like any other.
-  [[maybe_unused]] auto n = send(gate_.get(), &go, 1, MSG_NOSIGNAL);
+  ssize_t n;
+  do {
+    n = send(gate_.get(), &go, 1, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  // Its acknowledgement: it took the go and goes on to exec. Without one
+  // (EPIPE, a reset, EOF) it was killed at the gate (by a watchdog, before
+  // it ran anything): not a start of the program.
+  char ack = 0;
+  while (n == 1 && (n = read(gate_.get(), &ack, 1)) < 0 && errno == EINTR) {
+  }
   gate_.reset();
+  if (n != 1) {
+    report_.reset();
+    const pid_t pid = pid_;
+    auto exit = ReapDead();
+    if (!exit.ok()) return exit.status();
+    if (exited) *exited = *exit;
+    return absl::FailedPreconditionError(
+        absl::StrCat(program_, " pid ", pid, " exited before release: ", exit->Describe()));
+  }
   const auto execd = AwaitExec(pid_, report_.get(), program_);
   report_.reset();
-  if (!execd.ok()) pid_ = -1;  // reaped
+  if (!execd.ok()) {
+    pid_ = -1;  // reaped
+    if (exited) *exited = ChildExit{.code = 127};
+  }
   return execd;
 }
 
@@ -226,10 +268,22 @@ absl::StatusOr<ChildExit> ChildProcess::Cancel() {
   if (!gate_) return absl::FailedPreconditionError("the child is not held");
   gate_.reset();
   report_.reset();
-  pollfd exited{pidfd_.get(), POLLIN, 0};
-  if (poll(&exited, 1, kCancelExitMs) <= 0) {
+  if (!AwaitExit(pidfd_.get(), kCancelExitTime)) SignalGroup(SIGKILL);
+  return ReapDead();
+}
+
+absl::StatusOr<ChildExit> ChildProcess::ReapDead() {
+  if (!AwaitExit(pidfd_.get(), kKilledExitTime)) {
     SignalGroup(SIGKILL);
-    poll(&exited, 1, -1);
+    if (!AwaitExit(pidfd_.get(), kKilledExitTime)) {
+      // Stuck in the kernel: not left owned for ever (a zombie the orphan
+      // reaper would stop at); it reaps it whenever it finally exits.
+      const pid_t pid = pid_;
+      std::move(*this).Abandon();
+      return absl::DeadlineExceededError(absl::StrCat(
+          program_, " pid ", pid, " did not exit within ", base::FormatDuration(kKilledExitTime),
+          " of SIGKILL; left to the orphan reaper"));
+    }
   }
   return Reap();
 }

@@ -51,10 +51,14 @@ class ChildProcess {
   // The read end of the child's stdout+stderr; non-blocking.
   int output_fd() const { return output_.get(); }
 
-  // A held child: lets it exec. Fails (the child reaped) when the exec failed.
-  absl::Status Release();
+  // A held child: lets it exec. Fails, the child reaped and its exit in
+  // `exited` (when given), when it never ran the program: the exec failed
+  // (127), or it had exited at its gate before it took the go (killed by a
+  // watchdog: "exited before release").
+  absl::Status Release(ChildExit* exited = nullptr);
   // A held child: never execs; it exits 125 and is reaped here (SIGKILLed if
-  // it does not exit within a second: stopped by someone). Its exit.
+  // it does not exit within a second: stopped by someone). Its exit; an
+  // error when it did not die even after SIGKILL (abandoned, see Abandon).
   absl::StatusOr<ChildExit> Cancel();
 
   // Signals the child's whole process group. Safe until Reap(): the group id
@@ -82,6 +86,10 @@ class ChildProcess {
   static absl::Mutex& SpawnMutex();
 
  private:
+  // Reaps a child that is exiting or should (its gate closed): SIGKILLed
+  // when it does not within a few seconds, abandoned when even that fails.
+  absl::StatusOr<ChildExit> ReapDead();
+
   ChildProcess(pid_t pid, base::UniqueFd pidfd, base::UniqueFd output, base::UniqueFd gate,
                base::UniqueFd report, std::string program)
       : pid_(pid),

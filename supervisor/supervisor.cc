@@ -153,12 +153,15 @@ void Supervisor::SpawnChild() {
   if (spawn_hooks_.may_spawn && !spawn_hooks_.may_spawn()) return;
   auto child = ChildProcess::Spawn(options_.command, SIGKILL, /*stdin_fd=*/-1,
                                    spawn_hooks_.spawned ? StartGate::kHeld : StartGate::kOpen);
-  if (child.ok() && spawn_hooks_.spawned) child = Admit(*std::move(child));
+  // A child that never ran ganesha: as it exits when it cannot exec, unless
+  // it was admitted and exited otherwise.
+  ChildExit never_ran{.code = 127};
+  if (child.ok() && spawn_hooks_.spawned) child = Admit(*std::move(child), never_ran);
   const base::TimePoint now = clock_.Now();
   policy_.OnStart(now);
   if (!child.ok()) {
     spdlog::error("cannot start ganesha: {}", child.status().message());
-    status_.last_exit = ChildExit{127, 0};
+    status_.last_exit = never_ran;
     status_.last_exit_cause = DeathCause::kSpawnFailed;
     status_.last_exit_description = std::string(child.status().message());
     status_.last_exit_at = std::chrono::system_clock::now();
@@ -210,15 +213,18 @@ void Supervisor::SpawnChild() {
   OnProbeTimer();
 }
 
-absl::StatusOr<ChildProcess> Supervisor::Admit(ChildProcess child) {
+absl::StatusOr<ChildProcess> Supervisor::Admit(ChildProcess child, ChildExit& exited) {
   absl::Status admitted = spawn_hooks_.spawned(child);
   if (!admitted.ok()) {
-    if (auto cancelled = child.Cancel(); !cancelled.ok()) {
-      spdlog::error("cancelling ganesha pid {}: {}", child.pid(), cancelled.status().message());
+    const pid_t pid = child.pid();
+    if (auto cancelled = child.Cancel(); cancelled.ok()) {
+      exited = *cancelled;
+    } else {
+      spdlog::error("cancelling ganesha pid {}: {}", pid, cancelled.status().message());
     }
     return admitted;
   }
-  if (auto released = child.Release(); !released.ok()) return released;
+  if (auto released = child.Release(&exited); !released.ok()) return released;
   return child;
 }
 

@@ -192,8 +192,9 @@ class Supervisor {
  private:
   void SpawnChild();
   // A child spawned held: the spawned hook is told of it, then it runs the
-  // program, or (the hook refused) is cancelled and reaped.
-  absl::StatusOr<ChildProcess> Admit(ChildProcess child);
+  // program, or (the hook refused, or it died at its gate meanwhile) it is
+  // reaped, its exit in `exited`.
+  absl::StatusOr<ChildProcess> Admit(ChildProcess child, ChildExit& exited);
   void OnChildExit();
   void OnChildOutput();
   void OnSignal();

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -870,11 +871,23 @@ class TracedThread {
     ptrace(PTRACE_DETACH, tid_, nullptr, nullptr);
   }
 
-  // Stops it where it is. False when it did not stop.
-  bool Interrupt() {
-    if (ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0) return false;
-    return WaitStop([](int status) { return status >> 16 == PTRACE_EVENT_STOP; },
-                    milliseconds(10'000));
+  // Stops it while it waits for events (epoll), so that it holds no lock
+  // another thread needs (the log's, malloc's, the keeper's): stopped
+  // anywhere else, it is let go and stopped again. False when it did not stop
+  // there.
+  bool InterruptIdle() {
+    for (int attempt = 0; attempt < kIdleAttempts; ++attempt) {
+      if (ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0) return false;
+      if (!WaitStop([](int status) { return status >> 16 == PTRACE_EVENT_STOP; },
+                    milliseconds(10'000))) {
+        return false;
+      }
+      if (InEpollWait()) return true;
+      if (ptrace(PTRACE_CONT, tid_, nullptr, nullptr) != 0) return false;
+      stopped_ = false;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
   }
   // Lets it run until it forks, where it stays stopped: the new child's pid
   // (let go itself: it runs on untraced).
@@ -905,16 +918,31 @@ class TracedThread {
  private:
   explicit TracedThread(pid_t tid) : tid_(tid) {}
 
+  // InterruptIdle's tries: the loop is idle most of the time.
+  static constexpr int kIdleAttempts = 100;
+
+  // Whether the stopped thread's system call (/proc/<pid>/task/<tid>/syscall,
+  // its number first) is the loop's idle wait.
+  bool InEpollWait() const {
+    long number = -1;
+    std::ifstream(absl::StrCat("/proc/", tid_, "/task/", tid_, "/syscall")) >> number;
+    return number == SYS_epoll_wait || number == SYS_epoll_pwait || number == SYS_epoll_pwait2;
+  }
+
   // Waits for a stop that `wanted`; any other (a signal's delivery) is
-  // passed on and the thread resumed.
+  // passed on and the thread resumed. Only stops are waited for (no
+  // WEXITED): share-manager's exit is DaemonProcess's to reap.
   bool WaitStop(const std::function<bool(int)>& wanted, milliseconds timeout) {
     if (detached_) return false;
     return WaitFor(
         [&] {
-          int status = 0;
-          if (waitpid(tid_, &status, __WALL | WNOHANG) != tid_ || !WIFSTOPPED(status)) {
+          siginfo_t info{};
+          if (waitid(P_PID, static_cast<id_t>(tid_), &info, WSTOPPED | WNOHANG | __WALL) != 0 ||
+              info.si_pid != tid_ || info.si_code != CLD_TRAPPED) {
             return false;
           }
+          // As waitpid encodes a ptrace stop: the event above the signal.
+          const int status = (info.si_status << 8) | 0x7f;
           if (wanted(status)) {
             stopped_ = true;
             return true;
@@ -935,6 +963,31 @@ class TracedThread {
 std::string ExeOf(pid_t pid) {
   std::error_code error;
   return std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/exe"), error).string();
+}
+
+// Whether `pid` runs: neither gone nor a zombie (a killed child of a
+// share-manager whose loop is stopped stays one: nobody reaps it).
+bool Running(pid_t pid) {
+  const auto state = ProcessState(pid);
+  return state.has_value() && *state != 'Z';
+}
+
+// A share-manager serving under `epoch`, renewing its lease, whose loop
+// thread is then stopped while idle; no loop_thread when ptrace is not
+// permitted (the case is then skipped).
+struct StalledLoop {
+  std::unique_ptr<DaemonProcess> d;
+  pid_t ganesha = 0;
+  std::unique_ptr<TracedThread> loop_thread;  // detached before d goes
+};
+StalledLoop ServeWithLoopStopped(const Fixture& f, uint64_t epoch, const std::string& ttl) {
+  StalledLoop s{.d = f.Start(epoch, ttl)};
+  s.ganesha = RequireOk(s.d->Status()).ganesha_pid();
+  REQUIRE(s.ganesha > 0);
+  REQUIRE(WaitForNewRenewal(*s.d));
+  s.loop_thread = TracedThread::Seize(s.d->pid(), 0);
+  if (s.loop_thread) REQUIRE(s.loop_thread->InterruptIdle());
+  return s;
 }
 
 }  // namespace
@@ -963,7 +1016,7 @@ TEST_CASE(
   REQUIRE_MESSAGE(WaitForLine(*d, "serving lease held by epoch 3"), d->output());
   auto loop_thread = TracedThread::Seize(d->pid(), PTRACE_O_TRACEFORK);
   if (!loop_thread) return;
-  REQUIRE(loop_thread->Interrupt());
+  REQUIRE(loop_thread->InterruptIdle());
 
   etcdserverpb::LeaseRevokeRequest revoke;
   revoke.set_id(older);
@@ -1000,30 +1053,63 @@ TEST_CASE(
     "itself extends the fencer, ganesha serves on past several TTLs, and the share is still "
     "SERVING when the loop runs again") {
   Fixture f;
-  auto d = f.Start(5, "3s");
-  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
-  REQUIRE(ganesha > 0);
-  REQUIRE(WaitForNewRenewal(*d));
-  auto loop_thread = TracedThread::Seize(d->pid(), 0);
-  if (!loop_thread) return;
-  REQUIRE(loop_thread->Interrupt());
+  StalledLoop stalled = ServeWithLoopStopped(f, 5, "3s");
+  if (!stalled.loop_thread) return;
   // Renewed on while the loop cannot run (the keeper logs them itself).
-  REQUIRE(WaitForNewRenewal(*d));
+  REQUIRE(WaitForNewRenewal(*stalled.d));
   // Three TTLs: the validity the loop last saw has long passed.
-  // Killed, it would stay a zombie: its parent's loop cannot reap it.
-  const auto alive = [&] {
-    const auto state = ProcessState(ganesha);
-    return state.has_value() && *state != 'Z';
-  };
-  CHECK_MESSAGE(HoldsFor(alive, milliseconds(9'000)), d->output());
-  CHECK(NfsAnswers(*d));
-  loop_thread->Detach();
-  loop_thread.reset();
+  CHECK_MESSAGE(HoldsFor([&] { return Running(stalled.ganesha); }, milliseconds(9'000)),
+                stalled.d->output());
+  CHECK(NfsAnswers(*stalled.d));
+  stalled.loop_thread->Detach();
+  stalled.loop_thread.reset();
   CHECK(HoldsFor(
       [&] {
-        const auto s = d->Status();
-        return s.ok() && s->state() == v1::SERVING && s->ganesha_pid() == ganesha;
+        const auto s = stalled.d->Status();
+        return s.ok() && s->state() == v1::SERVING && s->ganesha_pid() == stalled.ganesha;
       },
       milliseconds(2'000)));
-  CHECK(d->output().find("lease fencer SIGKILLed") == std::string::npos);
+  CHECK(stalled.d->output().find("lease fencer SIGKILLed") == std::string::npos);
+}
+
+TEST_CASE(
+    "serving lease 14. the loop thread stopped (ptrace) when the lease is revoked in etcd: the "
+    "keeper's next renewal learns it and tells the fencer the validity is over, which SIGKILLs "
+    "ganesha at once, not at the valid_until it last heard (NFS stops answering, the loop still "
+    "stopped), and once the loop runs: FAILED lease lost, exit 6") {
+  Fixture f;
+  StalledLoop stalled = ServeWithLoopStopped(f, 6, "9s");
+  if (!stalled.loop_thread) return;
+  const int64_t lease = RequireOk(EtcdGet(*f.client, kLeaseKey)).lease();
+  // Revoked just after a renewal: the validity the fencer holds ends TTL
+  // minus the fence margin (7.2 s) after it; the keeper's next renewal
+  // (which learns the lease is gone) comes TTL/3 (3 s) after it, answered
+  // within TTL/6 (1.5 s).
+  REQUIRE(WaitForNewRenewal(*stalled.d));
+  etcdserverpb::LeaseRevokeRequest revoke;
+  revoke.set_id(lease);
+  RequireOk(f.client->LeaseRevoke(revoke));
+  // A bound against hangs only: the check is the next one.
+  REQUIRE_MESSAGE(WaitFor([&] { return !Running(stalled.ganesha); }, milliseconds(15'000)),
+                  stalled.d->output());
+  const absl::Time killed = absl::Now();
+  const auto valid_until = LoggedValidUntil(stalled.d->output());
+  REQUIRE_MESSAGE(valid_until.has_value(), stalled.d->output());
+  // Killed when the keeper learned (within 4.5 s of the renewal), not when
+  // the validity the fencer had heard of ended (7.2 s): a second's slack.
+  CHECK_MESSAGE(killed < *valid_until - absl::Seconds(1), "ganesha killed only ",
+                absl::ToInt64Milliseconds(*valid_until - killed),
+                " ms before the validity the fencer last heard of ended\n", stalled.d->output());
+  CHECK_FALSE(NfsAnswers(*stalled.d));
+
+  stalled.loop_thread->Detach();
+  stalled.loop_thread.reset();
+  CHECK(RequireOk(stalled.d->WaitExit(milliseconds(30'000))) == sharemgr::kExitLeaseLost);
+  const std::string log = stalled.d->output();
+  CHECK_MESSAGE(log.find("-> FAILED: lease lost") != std::string::npos, log);
+  CHECK_MESSAGE(log.find(absl::StrCat("lease fencer SIGKILLed ganesha pid ", stalled.ganesha)) !=
+                    std::string::npos,
+                log);
+  CHECK(WaitFor([&] { return ProcessesMentioning(stalled.d->state_dir()).empty(); },
+                milliseconds(5000)));
 }

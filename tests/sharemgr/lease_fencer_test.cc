@@ -10,11 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
 
-#include "absl/cleanup/cleanup.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/wait_for.h"
@@ -107,6 +108,11 @@ struct Fencer {
 
 base::TimePoint BootIn(milliseconds d) { return base::BootClock().Now() + d; }
 
+// Extended every kExtendEvery, each time kDeadline ahead: a busy machine may
+// delay a step by most of a deadline before the child is killed early.
+constexpr milliseconds kDeadline{1000};
+constexpr milliseconds kExtendEvery{200};
+
 }  // namespace
 
 TEST_CASE(
@@ -115,12 +121,12 @@ TEST_CASE(
   LoopThread loop;
   Fencer f(loop);
   Sleeper ganesha;
-  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(300))); }).ok());
+  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(kDeadline)); }).ok());
   // Extended well before each deadline, for several deadlines' worth.
   base::TimePoint last{};
   for (int i = 0; i < 10; ++i) {
-    std::this_thread::sleep_for(milliseconds(100));
-    last = BootIn(milliseconds(300));
+    std::this_thread::sleep_for(kExtendEvery);
+    last = BootIn(kDeadline);
     REQUIRE(loop.Run([&] { return f.fencer->Extend(last); }).ok());
   }
   CHECK(ganesha.Alive());
@@ -152,23 +158,38 @@ TEST_CASE("lease fencer: armed before any validity was heard of, it kills at onc
 }
 
 TEST_CASE(
-    "lease fencer: extended from another thread while its loop is stalled, the armed child lives "
-    "past every deadline but the last") {
+    "lease fencer: Extend from another thread while the loop thread arms the child again and "
+    "again (both through its mutex): the child lives past every deadline but the last") {
   LoopThread loop;
+  // Before the fencer: a re-arm still queued when it goes reads them.
+  std::atomic<bool> extending{true};
+  std::atomic<int> rearmed{0};
+  std::atomic<int> rearm_failures{0};
   Fencer f(loop);
   Sleeper ganesha;
-  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(milliseconds(300))); }).ok());
-  // The loop blocked (a slow handler) until the test lets it go.
-  std::promise<void> go;
-  std::shared_future<void> gone = go.get_future().share();
-  loop.loop().Post([gone] { gone.wait(); });
-  absl::Cleanup unblock = [&] { go.set_value(); };  // also when a REQUIRE ends the test
+  REQUIRE(loop.Run([&] { return f.ArmUntil(ganesha.child, BootIn(kDeadline)); }).ok());
+  // The loop thread busy arming the same child (with the validity last
+  // extended) until the extensions end.
+  std::function<void()> rearm = [&] {
+    if (!extending) return;
+    if (!f.fencer->Arm(ganesha.child).ok()) ++rearm_failures;
+    ++rearmed;
+    std::this_thread::sleep_for(milliseconds(1));
+    loop.loop().Post(rearm);
+  };
+  loop.loop().Post(rearm);
   base::TimePoint last{};
   for (int i = 0; i < 10; ++i) {
-    std::this_thread::sleep_for(milliseconds(100));
-    last = BootIn(milliseconds(300));
+    std::this_thread::sleep_for(kExtendEvery);
+    last = BootIn(kDeadline);
     REQUIRE(f.fencer->Extend(last).ok());  // this thread, not the loop's
   }
+  extending = false;
+  // Twice: a re-arm running as the flag fell posts one more, behind the first.
+  loop.Run([] {});
+  loop.Run([] {});
+  CHECK(rearmed > 10);
+  CHECK(rearm_failures == 0);
   CHECK(ganesha.Alive());
   REQUIRE(ganesha.ExitsWithin(milliseconds(10'000)));
   CHECK(base::BootClock().Now() >= last);

@@ -37,6 +37,13 @@ bool Exited(int pidfd) {
   return poll(&p, 1, 10'000) == 1;
 }
 
+// Whether `pid` is a child of ours (a zombie included): false once reaped,
+// also when the pid was reused since by some other process.
+bool OurChild(pid_t pid) {
+  const auto stat = base::ReadProcStat(pid);
+  return stat.has_value() && stat->ppid == getpid();
+}
+
 // A held `sh` that creates `ran` once it runs, in `dir`.
 struct HeldShell {
   testing_support::TempDir dir;
@@ -68,7 +75,7 @@ TEST_CASE("child_process: ExitStatus reads the exit without reaping, then Reap f
   auto reaped = child->Reap();
   REQUIRE(reaped.ok());
   CHECK(reaped->ShellCode() == 3);
-  CHECK_FALSE(base::ReadProcStat(pid).has_value());
+  CHECK_FALSE(OurChild(pid));
 }
 
 TEST_CASE("child_process: ExitStatus of a killed child is 128 + the signal") {
@@ -123,7 +130,7 @@ TEST_CASE("child_process: a cancelled held child never runs its program and exit
   REQUIRE(exit.ok());
   CHECK(exit->ShellCode() == 125);
   CHECK_FALSE(held.Ran());
-  CHECK_FALSE(base::ReadProcStat(held.pid).has_value());  // reaped
+  CHECK_FALSE(OurChild(held.pid));  // reaped
 }
 
 TEST_CASE(
@@ -154,7 +161,42 @@ TEST_CASE("child_process: a held child that execve refuses fails Release: cannot
   const auto released = child->Release();
   CHECK(released.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(released.message() == "cannot execute " + path + ": Exec format error");
-  CHECK_FALSE(base::ReadProcStat(pid).has_value());  // reaped
+  CHECK_FALSE(OurChild(pid));  // reaped
+}
+
+TEST_CASE(
+    "child_process: a held child killed at its gate (by a watchdog) before Release fails "
+    "Release: exited before release, reaped, its exit told, the program never run") {
+  HeldShell held;
+  REQUIRE(kill(held.pid, SIGKILL) == 0);
+  REQUIRE(Exited(held.child->pidfd()));
+  ChildExit exit;
+  const auto released = held.child->Release(&exit);
+  CHECK(released.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_MESSAGE(
+      released.message().find("exited before release: killed by signal 9") != std::string::npos,
+      released.message());
+  CHECK(exit.signal == SIGKILL);
+  CHECK_FALSE(OurChild(held.pid));
+  CHECK_FALSE(held.Ran());
+}
+
+TEST_CASE(
+    "child_process: a cancelled held child that is stopped (it cannot exit) is SIGKILLed and "
+    "reaped") {
+  HeldShell held;
+  REQUIRE(kill(held.pid, SIGSTOP) == 0);
+  REQUIRE(testing_support::WaitFor(
+      [&] {
+        const auto stat = base::ReadProcStat(held.pid);
+        return stat.has_value() && stat->state == 'T';
+      },
+      milliseconds(10'000)));
+  const auto exit = held.child->Cancel();
+  REQUIRE(exit.ok());
+  CHECK(exit->signal == SIGKILL);
+  CHECK_FALSE(OurChild(held.pid));
+  CHECK_FALSE(held.Ran());
 }
 
 }  // namespace supervisor

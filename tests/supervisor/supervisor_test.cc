@@ -5,6 +5,7 @@
 #include "supervisor/supervisor.h"
 
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
@@ -687,6 +688,36 @@ TEST_CASE(
     const auto stat = base::ReadProcStat(pid);
     CHECK_FALSE((stat.has_value() && stat->ppid == getpid()));
   }
+}
+
+TEST_CASE(
+    "spawn hooks: a child killed at its start gate after the spawned hook let it go (a watchdog "
+    "fired) is a failed start with its real exit, never a started ganesha") {
+  const testing_support::TempDir dir;
+  const std::string ran = dir.path() + "/ran";
+  Harness h(FastOptions(), {"sh", "-c", "touch " + ran + "; exec sleep 1000"}, false, nullptr,
+            Supervisor::SpawnHooks{
+                .spawned =
+                    [&](const ChildProcess& child) {
+                      // As the fencer kills one whose lease is over: before Release.
+                      kill(child.pid(), SIGKILL);
+                      pollfd exited{child.pidfd(), POLLIN, 0};
+                      poll(&exited, 1, 10'000);
+                      return absl::OkStatus();
+                    },
+            });
+  const auto failed = h.WaitFor(StateIs(State::kFailed));
+  CHECK_MESSAGE(failed.reason.find("exited before release") != std::string::npos, failed.reason);
+  REQUIRE(failed.last_exit.has_value());
+  CHECK(failed.last_exit->signal == SIGKILL);
+  const auto deaths = h.deaths();
+  REQUIRE(deaths.size() == 4);
+  for (const auto& death : deaths) {
+    CHECK(death.cause == DeathCause::kSpawnFailed);
+    CHECK(death.exit.signal == SIGKILL);
+  }
+  for (const auto& s : h.history()) CHECK(s.pid == 0);  // none counted as started
+  CHECK_FALSE(std::filesystem::exists(ran));
 }
 
 // The child's usage as read_usage reports it: resident bytes set by the test,
