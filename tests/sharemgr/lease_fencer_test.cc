@@ -174,7 +174,9 @@ TEST_CASE(
     if (!extending) return;
     if (!f.fencer->Arm(ganesha.child).ok()) ++rearm_failures;
     ++rearmed;
-    std::this_thread::sleep_for(milliseconds(1));
+    // Not faster: each Arm passes a pidfd to the fencer process, and one
+    // slowed down (ASan) would let the channel fill, refusing the next.
+    std::this_thread::sleep_for(milliseconds(10));
     loop.loop().Post(rearm);
   };
   loop.loop().Post(rearm);
