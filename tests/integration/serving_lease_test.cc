@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "base/proc.h"
 #include "etcd/client.h"
+#include "etcd/serving_lease_record.h"
 #include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
 #include "supervisor/nfs_null_probe.h"
@@ -111,10 +112,9 @@ bool WaitForNewRenewal(const DaemonProcess& d) {
                  milliseconds(15'000));
 }
 
-// The epoch record of a holder on `lease`: "<epoch, 20 digits> <lease, hex>".
-std::string EpochRecord(uint64_t epoch, int64_t lease) {
-  return absl::StrCat(sharemgr::PaddedEpoch(epoch), " ", absl::Hex(lease));
-}
+// The epoch record of a holder on `lease` (its format pinned by the unit
+// test "serving lease records: one format for both sides").
+using etcd::EpochRecord;
 
 // The serving lease of DaemonProcess's volume, for a backend driven by hand.
 sharemgr::LeaseConfig LeaseConfigOf(const EtcdCluster& cluster, uint64_t epoch,
