@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/files.h"
 #include "base/log_limiter.h"
+#include "base/tls13_only.h"
 
 namespace base {
 namespace {
@@ -305,6 +306,7 @@ std::vector<std::string> PeerIdentities(const grpc::AuthContext& context) {
 
 std::shared_ptr<grpc::ServerCredentials> TlsServerCredentials(
     const TlsFiles& files, const std::vector<std::string>& allowed_clients) {
+  OfferOnlyTls13();  // before gRPC makes an OpenSSL context for this port
   grpc::experimental::TlsServerCredentialsOptions options(Watcher(files));
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
@@ -325,6 +327,7 @@ void ClientSecurity::Apply(grpc::ChannelArguments& args) const {
 ClientSecurity MakeClientSecurity(const std::optional<TlsFiles>& files,
                                   const std::string& server_name) {
   if (!files) return ClientSecurity{};
+  OfferOnlyTls13();  // before gRPC makes an OpenSSL context for this client
   grpc::experimental::TlsChannelCredentialsOptions options;
   options.set_certificate_provider(Watcher(*files));
   options.watch_root_certs();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/loopback_port.h"
 #include "base/tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
@@ -224,6 +225,54 @@ TEST_CASE(
     CHECK(GetStatus(Channel(d->addr(), Security(upper, "share-manager"))).ok());
   }
   CheckStillExported(d->addr(), good);
+}
+
+// openssl s_client's one-line summary of a handshake it tried at `version`
+// ("tls1_2", "tls1_3") against `addr`, presenting the allowed client's certificate.
+std::string HandshakeSummary(const ShareCerts& certs, const std::string& addr,
+                             const std::string& version) {
+  const auto result = RunCommand({"openssl", "s_client", "-" + version, "-connect", addr, "-cert",
+                                  certs.client.cert, "-key", certs.client.key, "-CAfile",
+                                  certs.ca.cert(), "-servername", "share-manager", "-alpn", "h2"});
+  const auto line = result.output.find("New, ");
+  return line == std::string::npos
+             ? result.output
+             : result.output.substr(line, result.output.find('\n', line) - line);
+}
+
+TEST_CASE("mTLS: TLS 1.3 only on both sides, the port refuses 1.2 and clients never offer it") {
+  const ShareCerts certs;
+  SUBCASE("the daemon's TLS port") {
+    auto d = StartTlsDaemon(certs);
+    CHECK(HandshakeSummary(certs, d->addr(), "tls1_3").find("New, TLSv1.3,") == 0);
+    const auto tls12 = HandshakeSummary(certs, d->addr(), "tls1_2");
+    CHECK_MESSAGE(tls12.find("New, (NONE), Cipher is (NONE)") == 0, tls12);
+    CheckStillExported(d->addr(), Security(certs.client, "share-manager"));
+  }
+  SUBCASE("share-manager status as the client, against a server of one version") {
+    // openssl s_server speaking one version with the share's server certificate;
+    // it logs each handshake: the client's certificate when one completes.
+    auto serve = [&](const std::string& version) {
+      const auto port = std::to_string(base::FreeLoopbackPort());
+      auto server = std::make_unique<testing_support::ProgramProcess>(std::vector<std::string>{
+          "openssl", "s_server", "-www", "-" + version, "-alpn", "h2", "-accept",
+          "127.0.0.1:" + port, "-cert", certs.server.cert, "-key", certs.server.key, "-CAfile",
+          certs.ca.cert(), "-Verify", "1"});
+      REQUIRE_MESSAGE(server->WaitOutput("ACCEPT", milliseconds(10'000)), server->output());
+      const auto status =
+          RunCommand({ShareManagerBinary(), "status", "--addr", "127.0.0.1:" + port, "--tls-dir",
+                      certs.client_dir, "--tls-server-name", "share-manager"});
+      CHECK(status.exit_code != 0);  // s_server is no gRPC server either way
+      return server;
+    };
+    // The check can tell: at 1.3 the handshake completes (the client's certificate is verified).
+    auto tls13 = serve("tls1_3");
+    CHECK_MESSAGE(tls13->WaitOutput("depth=0 CN = controller", milliseconds(10'000)),
+                  tls13->output());
+    auto tls12 = serve("tls1_2");
+    CHECK_MESSAGE(tls12->WaitOutput("unsupported protocol", milliseconds(10'000)), tls12->output());
+    CHECK(tls12->output().find("CN = controller") == std::string::npos);
+  }
 }
 
 TEST_CASE("mTLS: a rotated server certificate is served without a restart") {
