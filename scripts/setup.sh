@@ -14,6 +14,8 @@ packages=(
   # --metrics-listen (prometheus-cpp: core + pull); the tests parse the
   # exposition with the Python client's parser
   prometheus-cpp-dev python3-prometheus-client
+  # ...scraped by curl as Prometheus scrapes: HTTP/1.1, keep-alive, gzip accepted
+  curl
   # s6 and supervisor: peers in the side-by-side benchmark (bench/)
   s6 supervisor
   procps iproute2

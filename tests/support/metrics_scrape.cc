@@ -1,6 +1,7 @@
 #include "tests/support/metrics_scrape.h"
 
 #include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "absl/strings/numbers.h"
@@ -8,18 +9,34 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "supervisor/run_program.h"
-#include "tests/support/http_get.h"
 #include "tests/support/temp_dir.h"
 
 namespace testing_support {
 
 absl::StatusOr<MetricsScrape> MetricsScrape::From(uint16_t port) {
-  auto response = HttpGet("127.0.0.1", port, "/metrics");
-  if (!response.ok()) return response.status();
-  if (response->status != 200) {
-    return absl::UnavailableError(absl::StrCat("GET /metrics answered ", response->status));
+  // curl, asking as Prometheus asks (HTTP/1.1, gzip accepted, OpenMetrics
+  // preferred, the text format allowed), not our own HTTP code: what a
+  // scraper needs is what is checked.
+  const TempDir dir("sharemgr-scrape");
+  const std::string body = dir.path() + "/body";
+  const auto fetched = supervisor::RunProgram(
+      {"curl", "--silent", "--show-error", "--compressed", "--max-time", "10", "--header",
+       "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/"
+       "*;q=0.1",
+       "--output", body, "--write-out", "%{http_code} %{content_type}",
+       absl::StrCat("http://127.0.0.1:", port, "/metrics")},
+      supervisor::RunOptions{});
+  if (fetched.exit_code != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("curl failed (exit ", fetched.exit_code, "): ", fetched.output));
   }
-  return Parse(response->body);
+  // The content type is how Prometheus picks its parser: text/plain is the
+  // text format (prometheus-cpp 1.0 names no version; Prometheus reads it so).
+  if (fetched.output.rfind("200 text/plain;", 0) != 0) {
+    return absl::UnavailableError(absl::StrCat("GET /metrics answered: ", fetched.output));
+  }
+  std::ifstream in(body);
+  return Parse(std::string(std::istreambuf_iterator<char>(in), {}));
 }
 
 absl::StatusOr<MetricsScrape> MetricsScrape::Parse(const std::string& exposition) {

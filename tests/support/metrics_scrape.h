@@ -1,4 +1,4 @@
-// A scrape of a --metrics-listen port with a real HTTP client, parsed by
+// A scrape of a --metrics-listen port with curl (as Prometheus asks), parsed by
 // Prometheus' reference parser (tests/support/parse_metrics.py, the Python
 // client's parser): a test reads values only through a parser that would
 // refuse a malformed exposition.
@@ -16,7 +16,8 @@ namespace testing_support {
 
 class MetricsScrape {
  public:
-  // GET http://127.0.0.1:PORT/metrics, then the parser over its body.
+  // GET http://127.0.0.1:PORT/metrics with curl (200 and the text format's
+  // content type, text/plain, required), then the parser over its body.
   static absl::StatusOr<MetricsScrape> From(uint16_t port);
   // The parser over `exposition`.
   static absl::StatusOr<MetricsScrape> Parse(const std::string& exposition);
