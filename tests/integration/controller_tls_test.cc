@@ -13,6 +13,7 @@
 #include "tests/support/program_process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
+#include "tests/support/wait_for.h"
 
 namespace controller {
 namespace {
@@ -33,6 +34,20 @@ absl::StatusOr<sharemanager::v1::ShareStatus> WaitServing(const std::string& add
     std::this_thread::sleep_for(milliseconds(50));
   } while (std::chrono::steady_clock::now() < deadline);
   return status;
+}
+
+// A TLS share-manager that ends every connection after 1 s (the minimum, and
+// so a 1 s grace), SERVING as `allowed` sees it.
+std::unique_ptr<testing_support::DaemonProcess> StartAgingConnections(
+    const ShareCerts& certs, const ShareClientOptions& allowed) {
+  auto flags = certs.DaemonFlags();
+  flags.insert(flags.end(), {"--max-connection-age", "1s"});
+  auto d =
+      testing_support::DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
+  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
+  const auto serving = WaitServing((*d)->addr(), allowed);
+  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString(), "\n", (*d)->output());
+  return *std::move(d);
 }
 
 }  // namespace
@@ -92,33 +107,28 @@ TEST_CASE(
     "mTLS: connections the server ends at their maximum age are replaced: the watch and the client "
     "carry on") {
   const ShareCerts certs;
-  auto flags = certs.DaemonFlags();
-  flags.insert(flags.end(), {"--max-connection-age", "1s"});  // and so a 1 s grace
-  auto d =
-      testing_support::DaemonProcess::Start({.extra_flags = flags, .wait_until_serving = false});
-  REQUIRE_MESSAGE(d.ok(), d.status().ToString());
   const ShareClientOptions tls{.deadline = milliseconds(2000),
                                .security = Security(certs.client, "share-manager")};
-  const auto serving = WaitServing((*d)->addr(), tls);
-  REQUIRE_MESSAGE(serving.ok(), serving.status().ToString(), "\n", (*d)->output());
+  const auto d = StartAgingConnections(certs, tls);
 
   absl::Mutex mu;
   bool answered = false;            // a status came
   int ended = 0;                    // streams ended after one had answered
   bool answered_after_end = false;  // a status on a stream opened after an end
   bool withdrawn = false;
-  StatusWatch watch((*d)->addr(),
-                    [&](const StatusWatch::Event& e) {
-                      absl::MutexLock lock(&mu);
-                      if (!e.status) {
-                        ended += answered ? 1 : 0;
-                        return;
-                      }
-                      answered = true;
-                      answered_after_end = answered_after_end || ended > 0;
-                      withdrawn = withdrawn || !e.status->exported();
-                    },
-                    tls.security);
+  StatusWatch watch(
+      d->addr(),
+      [&](const StatusWatch::Event& e) {
+        absl::MutexLock lock(&mu);
+        if (!e.status) {
+          ended += answered ? 1 : 0;
+          return;
+        }
+        answered = true;
+        answered_after_end = answered_after_end || ended > 0;
+        withdrawn = withdrawn || !e.status->exported();
+      },
+      tls.security);
   auto saw = [&](const std::function<bool()>& what) {
     absl::MutexLock lock(&mu);
     return mu.AwaitWithTimeout(absl::Condition(&what, &std::function<bool()>::operator()),
@@ -129,7 +139,7 @@ TEST_CASE(
   CHECK(saw([&] { return ended >= 2 && answered_after_end; }));
   // One client channel across several connection ages: each call finds a
   // live connection, and a change reaches the watch's newest stream.
-  ShareClient client((*d)->addr(), tls);
+  ShareClient client(d->addr(), tls);
   CHECK(client.GetStatus().ok());
   int ended_before = 0;
   {
@@ -140,6 +150,37 @@ TEST_CASE(
   CHECK(client.GetStatus().ok());
   CHECK(client.Unmount(0).ok());
   CHECK(saw([&] { return withdrawn; }));
+}
+
+TEST_CASE(
+    "mTLS: the controller's client certificate rotated in its Secret is presented without a new "
+    "client, on the connections that replace those the server ends at their age") {
+  const ShareCerts certs;
+  const auto d = StartAgingConnections(
+      certs, {.deadline = milliseconds(2000), .security = Security(certs.client, "share-manager")});
+
+  // The controller's Secret starts with a certificate of the right CA for a
+  // name the server does not allow.
+  const auto intruder = certs.ca.Issue("intruder", "intruder", {"DNS:intruder"});
+  const auto secret = testing_support::WriteSecretDir(certs.dir.path() + "/rotated", intruder);
+  auto security = base::ResolveClientSecurity(
+      {.dir = secret, .refresh_interval = "1s", .server_name = "share-manager"});
+  REQUIRE_MESSAGE(security.ok(), security.status().ToString());
+  ShareClient client(d->addr(), {.deadline = milliseconds(2000), .security = *security});
+  CHECK(client.GetStatus().status().code() == absl::StatusCode::kPermissionDenied);
+
+  auto answer = [&] { return client.GetStatus().status().code(); };
+  testing_support::WriteSecretDir(secret, certs.client);
+  CHECK_MESSAGE(testing_support::WaitFor([&] { return answer() == absl::StatusCode::kOk; },
+                                         milliseconds(15'000)),
+                d->output());
+  CHECK(client.Unmount(0).ok());
+
+  // And back: the same client loses the right as its Secret does.
+  testing_support::WriteSecretDir(secret, intruder);
+  CHECK(testing_support::WaitFor([&] { return answer() == absl::StatusCode::kPermissionDenied; },
+                                 milliseconds(15'000)));
+  CHECK(client.Mount(0, 0).status().code() == absl::StatusCode::kPermissionDenied);
 }
 
 TEST_CASE("share-controller with --tls-dir runs TLS pods and sees them RUNNING") {

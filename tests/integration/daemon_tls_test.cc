@@ -16,6 +16,7 @@
 #include "tests/support/program_process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
+#include "tests/support/wait_for.h"
 
 namespace {
 
@@ -291,6 +292,78 @@ TEST_CASE("mTLS: a rotated server certificate is served without a restart") {
   // The old name is no longer served; same process throughout.
   CHECK(GetStatus(Channel(d->addr(), Security(certs.client, "share-manager"))).error_code() ==
         grpc::StatusCode::UNAVAILABLE);
+  CHECK(d->pid() == pid);
+  CHECK_FALSE(d->exited());
+}
+
+// A channel of its own connection: gRPC shares connections between channels
+// of equal arguments and credentials, and a check of what a new handshake
+// gets must not ride on one made earlier.
+std::shared_ptr<grpc::Channel> NewConnection(const std::string& addr,
+                                             const base::ClientSecurity& security) {
+  grpc::ChannelArguments args;
+  security.Apply(args);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return Channel(addr, security.credentials(), args);
+}
+
+TEST_CASE(
+    "mTLS: a rotated CA bundle is used without a restart, and an established connection of a "
+    "client it no longer trusts ends within the connection age") {
+  const ShareCerts certs;
+  // The connection age at its minimum (and so a 1 s grace): what ends a
+  // connection admitted under the old CA.
+  auto d = StartTlsDaemon(certs, {"--max-connection-age", "1s"});
+  const pid_t pid = d->pid();
+  const testing_support::TestCa new_ca(certs.dir.path(), "new");
+  // Both clients check the server against the CA that signed its certificate.
+  const auto old_client = Security(certs.client, "share-manager");
+  const auto new_client_cert = new_ca.Issue("client-new", "controller", {"DNS:controller"});
+  const auto new_client =
+      Security({.cert = new_client_cert.cert, .key = new_client_cert.key, .ca = certs.ca.cert()},
+               "share-manager");
+  CHECK(GetStatus(NewConnection(d->addr(), new_client)).error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
+
+  // The Secret's ca.crt becomes a bundle of the old and the new CA.
+  const std::string bundle = certs.dir.path() + "/bundle.crt";
+  const auto old_pem = base::ReadFile(certs.ca.cert());
+  const auto new_pem = base::ReadFile(new_ca.cert());
+  REQUIRE((old_pem.ok() && new_pem.ok()));
+  REQUIRE(base::WriteFileAtomically(bundle, *old_pem + *new_pem, 0600, base::Durability::kReplaced)
+              .ok());
+  testing_support::WriteSecretDir(
+      certs.server_dir, {.cert = certs.server.cert, .key = certs.server.key, .ca = bundle});
+  CHECK_MESSAGE(
+      testing_support::WaitFor([&] { return GetStatus(NewConnection(d->addr(), new_client)).ok(); },
+                               milliseconds(15'000)),
+      d->output());
+  CHECK(GetStatus(NewConnection(d->addr(), old_client)).ok());
+
+  // An old-CA client's channel, connected while both CAs are trusted.
+  const auto established = Channel(d->addr(), old_client);
+  REQUIRE(GetStatus(established).ok());
+
+  // Then the new CA alone.
+  testing_support::WriteSecretDir(
+      certs.server_dir, {.cert = certs.server.cert, .key = certs.server.key, .ca = new_ca.cert()});
+  CHECK_MESSAGE(testing_support::WaitFor(
+                    [&] {
+                      return GetStatus(NewConnection(d->addr(), old_client)).error_code() ==
+                             grpc::StatusCode::UNAVAILABLE;
+                    },
+                    milliseconds(15'000)),
+                d->output());
+  CHECK(GetStatus(NewConnection(d->addr(), new_client)).ok());
+  // The established channel loses its connection at its age (plus the grace)
+  // and its reconnect is refused: calls on it fail from then on.
+  CHECK(testing_support::WaitFor(
+      [&] { return GetStatus(established).error_code() == grpc::StatusCode::UNAVAILABLE; },
+      milliseconds(15'000)));
+  CHECK(testing_support::HoldsFor(
+      [&] { return GetStatus(established).error_code() == grpc::StatusCode::UNAVAILABLE; },
+      milliseconds(3000)));
+  CheckStillExported(d->addr(), new_client);
   CHECK(d->pid() == pid);
   CHECK_FALSE(d->exited());
 }
