@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -95,6 +96,27 @@ class StreamFlood {
     return true;
   }
 
+  // Steps until `done` holds: false when it still does not after `timeout`.
+  bool RunUntil(const std::function<bool()>& done, milliseconds timeout) {
+    const auto deadline = In(timeout);
+    while (!done()) {
+      if (!Step(deadline)) return false;
+    }
+    return true;
+  }
+
+  // Cancels `count` accepted streams (idle: nothing of theirs is in the queue).
+  void CancelAccepted(size_t count) {
+    for (auto& call : calls_) {
+      if (count == 0) return;
+      if (call.accepted) {
+        call.context.TryCancel();
+        call.accepted = false;
+        --count;
+      }
+    }
+  }
+
   size_t accepted() const { return accepted_; }
   const std::vector<grpc::Status>& refused() const { return refused_; }
 
@@ -105,6 +127,7 @@ class StreamFlood {
     std::unique_ptr<grpc::ClientAsyncReader<v1::ShareStatus>> reader;
     v1::ShareStatus first;
     grpc::Status status;
+    bool accepted = false;  // and not cancelled by CancelAccepted
   };
 
   void* Tag(size_t call, Phase phase) {
@@ -125,7 +148,8 @@ class StreamFlood {
         break;
       case kFirstRead:
         if (ok) {
-          ++accepted_;  // then left idle, open until the destructor cancels it
+          ++accepted_;  // then left idle, open until cancelled
+          call.accepted = true;
         } else {
           call.reader->Finish(&call.status, Tag(value / kPhases, kFinished));
         }
@@ -427,6 +451,23 @@ TEST_CASE(
   const auto status = d->Stub()->Mount(&context, mount, &mounted);
   CHECK_MESSAGE(status.ok(), status.error_message());
   CHECK(d->WriteEventually("/after-flood.txt", "still serving").ok());
+}
+
+TEST_CASE(
+    "one connection asking for more WatchStatus streams than the server's 128 per connection: "
+    "128 are served, the rest wait in the client until streams end") {
+  auto d = StartDaemon({"--max-watch-streams", "1000"});
+  StreamFlood flood(d->addr(), 200, 1);
+  REQUIRE(flood.RunUntil([&] { return flood.accepted() == 128; }, milliseconds(20'000)));
+  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: gRPC's client holds the other 72
+  // back rather than send them (nothing is refused, nothing more is served).
+  CHECK_FALSE(flood.RunUntil([&] { return flood.accepted() > 128 || !flood.refused().empty(); },
+                             milliseconds(1000)));
+  CHECK(RequireOk(d->HealthServing("liveness", milliseconds(2000))));
+  // Each stream that ends lets one waiting stream in.
+  flood.CancelAccepted(10);
+  CHECK(flood.RunUntil([&] { return flood.accepted() == 138; }, milliseconds(10'000)));
+  CHECK(flood.refused().empty());
 }
 
 TEST_CASE(
