@@ -164,7 +164,7 @@ Daemon::Daemon(const DaemonConfig& config)
                     config.volume ? "" : config.ganesha.input().export_dir),
       share_(config.ganesha, config.config_path,
              [this] {
-               sup_->SignalChild(SIGHUP);
+               sup_->Reload();
                sup_->Reevaluate();
                sup_->ProbeSoon();
              }),

@@ -49,7 +49,14 @@ absl::Status ExportProbe::Probe(base::Duration timeout) {
   }
   if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
   auto lookup = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
-  if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound) return lookup;  // a miss
+  // Only a LOOKUP that got no answer is a miss. NFS4ERR_DELAY is an answer: a
+  // burst of Mount/Unmount keeps ganesha rereading its exports, and probes
+  // sped up by each reload (ProbeSoon) met it three times in a row within
+  // 25 ms and killed a ganesha that was fine. It leaves the share not ready.
+  if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound &&
+      lookup.code() != absl::StatusCode::kFailedPrecondition) {
+    return lookup;
+  }
   absl::MutexLock lock(&mu_);
   export_status_ = lookup;
   return absl::OkStatus();

@@ -31,6 +31,7 @@ constexpr uint32_t kCompoundProcedure = 1;
 constexpr uint32_t kOpPutRootFh = 24;
 constexpr uint32_t kOpLookup = 15;
 constexpr uint32_t kNfs4ErrNoent = 2;
+constexpr uint32_t kNfs4ErrDelay = 10008;
 // A NULL reply is 24 bytes and our COMPOUND's a few dozen; anything much
 // larger is not an answer to our call.
 constexpr uint32_t kMaxReply = 1024;
@@ -294,6 +295,11 @@ absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::s
   if (*status == kNfs4ErrNoent) {
     return absl::NotFoundError(
         absl::StrCat("ganesha does not export /", component, " (see its log for why)"));
+  }
+  if (*status == kNfs4ErrDelay) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ganesha answers LOOKUP of /", component,
+                     " with NFS4ERR_DELAY (busy, e.g. rereading its exports)"));
   }
   return absl::UnavailableError(
       absl::StrCat("LOOKUP of /", component, " failed with nfsstat4 ", *status));

@@ -432,6 +432,11 @@ void Supervisor::HandleProbeResult(uint64_t instance, base::TimePoint sent, absl
   if (!answered_) {
     answered_ = true;
     spdlog::info("ganesha pid {} answers NFS NULL", child_->pid());
+    if (reload_pending_) {
+      // Harmless when this child was started after the change: one reread more.
+      reload_pending_ = false;
+      child_->SignalGroup(SIGHUP);
+    }
     probe_timer_.ArmPeriodic(options_.probe_interval);
     // Its usage is in the status from the moment it serves; samples follow a
     // probe interval apart from here.
@@ -535,6 +540,15 @@ void Supervisor::Kill(DeathCause cause, std::string reason) {
 
 void Supervisor::SignalChild(int sig) {
   if (child_) child_->SignalGroup(sig);
+}
+
+void Supervisor::Reload() {
+  if (!child_ || !kill_reason_.empty()) return;
+  if (!answered_) {
+    reload_pending_ = true;
+    return;
+  }
+  child_->SignalGroup(SIGHUP);
 }
 
 void Supervisor::Stop(std::string reason) {

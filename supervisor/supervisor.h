@@ -179,6 +179,12 @@ class Supervisor {
   // the linger.
   void Fail(std::string reason, StopSignal how = StopSignal::kTerm);
   void SignalChild(int sig);
+  // Tells ganesha to reread ganesha.conf (SIGHUP). A ganesha that has not
+  // answered a probe yet may not have its signal thread up, and SIGHUP's
+  // default action would kill it (a burst of Mount/Unmount did, restart after
+  // restart, until the death budget was spent): it gets the SIGHUP once it
+  // answers, since it may have read the file before the change.
+  void Reload();
   // Re-evaluates readiness now (e.g. after the export changed).
   void Reevaluate();
   // Probes at the start-up cadence for a short while (until the share is ready
@@ -239,6 +245,7 @@ class Supervisor {
   std::optional<LineLogger> output_;
   std::optional<LogFileFollower> log_file_;
   bool answered_ = false;
+  bool reload_pending_ = false;  // Reload before the child answered
   bool probe_pending_ = false;
   int misses_ = 0;
   // The last probe could not run here (ResourceExhausted): the start timeout

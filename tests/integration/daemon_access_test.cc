@@ -9,14 +9,22 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "base/files.h"
 #include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -88,6 +96,27 @@ class StreamFlood {
     return true;
   }
 
+  // Steps until `done` holds: false when it still does not after `timeout`.
+  bool RunUntil(const std::function<bool()>& done, milliseconds timeout) {
+    const auto deadline = In(timeout);
+    while (!done()) {
+      if (!Step(deadline)) return false;
+    }
+    return true;
+  }
+
+  // Cancels `count` accepted streams (idle: nothing of theirs is in the queue).
+  void CancelAccepted(size_t count) {
+    for (auto& call : calls_) {
+      if (count == 0) return;
+      if (call.accepted) {
+        call.context.TryCancel();
+        call.accepted = false;
+        --count;
+      }
+    }
+  }
+
   size_t accepted() const { return accepted_; }
   const std::vector<grpc::Status>& refused() const { return refused_; }
 
@@ -98,6 +127,7 @@ class StreamFlood {
     std::unique_ptr<grpc::ClientAsyncReader<v1::ShareStatus>> reader;
     v1::ShareStatus first;
     grpc::Status status;
+    bool accepted = false;  // and not cancelled by CancelAccepted
   };
 
   void* Tag(size_t call, Phase phase) {
@@ -118,7 +148,8 @@ class StreamFlood {
         break;
       case kFirstRead:
         if (ok) {
-          ++accepted_;  // then left idle, open until the destructor cancels it
+          ++accepted_;  // then left idle, open until cancelled
+          call.accepted = true;
         } else {
           call.reader->Finish(&call.status, Tag(value / kPhases, kFinished));
         }
@@ -161,6 +192,176 @@ class ConnectionFlood {
 
  private:
   std::vector<base::UniqueFd> fds_;
+};
+
+// Health probes as kubelet sends them, on the plaintext health port and on the
+// API port, every 100 ms from their own thread while it runs: every answer
+// must come within the manifest's probe timeout (container/k8s/
+// share-manager-pod.yaml: liveness 2 s, readiness 1 s). Liveness must say
+// SERVING throughout; readiness only has to answer, since the flood's
+// Unmounts withdraw the export and readiness rightly says NOT_SERVING then.
+class HealthWatch {
+ public:
+  HealthWatch(const std::string& health_addr, const std::string& api_addr) {
+    for (const auto& addr : {health_addr, api_addr}) {
+      ports_.push_back({addr, grpc::health::v1::Health::NewStub(
+                                  grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()))});
+    }
+    thread_ = std::jthread([this](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        for (const auto& port : ports_) {
+          Probe(port, "liveness", kLivenessTimeout, /*must_serve=*/true);
+          Probe(port, "readiness", kReadinessTimeout, /*must_serve=*/false);
+        }
+        rounds_.fetch_add(1);
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    });
+  }
+
+  int rounds() const { return rounds_.load(); }
+  std::vector<std::string> failures() const {
+    absl::MutexLock lock(&mu_);
+    return failures_;
+  }
+
+ private:
+  static constexpr milliseconds kLivenessTimeout{2000};
+  static constexpr milliseconds kReadinessTimeout{1000};
+  struct Port {
+    std::string addr;
+    std::unique_ptr<grpc::health::v1::Health::Stub> stub;
+  };
+
+  void Probe(const Port& port, const std::string& service, milliseconds timeout, bool must_serve) {
+    grpc::ClientContext context;
+    context.set_deadline(In(timeout));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const auto rpc = port.stub->Check(&context, request, &response);
+    std::string failure;
+    if (!rpc.ok()) {
+      failure = absl::StrCat("code ", rpc.error_code(), ": ", rpc.error_message());
+    } else if (must_serve && response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+      failure = absl::StrCat("status ", response.status());
+    }
+    if (failure.empty()) return;
+    absl::MutexLock lock(&mu_);
+    failures_.push_back(
+        absl::StrCat(service, " on ", port.addr, " in round ", rounds_.load(), ": ", failure));
+  }
+
+  std::vector<Port> ports_;
+  std::atomic<int> rounds_{0};
+  mutable absl::Mutex mu_;
+  std::vector<std::string> failures_ ABSL_GUARDED_BY(mu_);
+  std::jthread thread_;  // last: stops and joins before the rest goes
+};
+
+// Blocking calls from many threads over several connections until Stop: each
+// changer sends Mount (one generation past the newest it saw handled, as a
+// controller asks), Unmount and FilesystemTrim in turn with the daemon's
+// epoch; each reader sends GetStatus. Every answer is tallied by method, code
+// and message (the refusals' messages say which cap refused).
+class CallFlood {
+ public:
+  CallFlood(const std::string& addr, int connections, int changers, int readers, uint64_t epoch)
+      : epoch_(epoch) {
+    for (int c = 0; c < connections; ++c) {
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", c);  // distinct connections, not one shared subchannel
+      stubs_.push_back(v1::ShareManager::NewStub(
+          grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args)));
+    }
+    for (int t = 0; t < changers + readers; ++t) {
+      v1::ShareManager::Stub& stub = *stubs_[static_cast<size_t>(t) % stubs_.size()];
+      const bool changer = t < changers;
+      threads_.emplace_back([this, &stub, changer, t](std::stop_token stop) {
+        for (int call = t; !stop.stop_requested(); ++call) {
+          if (changer) {
+            Change(stub, call % 3);
+          } else {
+            v1::ShareStatus response;
+            Count("GetStatus",
+                  Send(stub, &v1::ShareManager::Stub::GetStatus, v1::GetStatusRequest(), response));
+          }
+        }
+      });
+    }
+  }
+
+  void Stop() {
+    for (auto& thread : threads_) thread.request_stop();
+    threads_.clear();  // joins
+  }
+
+  // (method, code, message) -> how many calls ended so.
+  using Tally = std::map<std::tuple<std::string, grpc::StatusCode, std::string>, int>;
+  Tally tally() const {
+    absl::MutexLock lock(&mu_);
+    return tally_;
+  }
+
+ private:
+  template <typename Request, typename Response>
+  static grpc::Status Send(v1::ShareManager::Stub& stub,
+                           grpc::Status (v1::ShareManager::Stub::*method)(grpc::ClientContext*,
+                                                                          const Request&,
+                                                                          Response*),
+                           const Request& request, Response& response) {
+    grpc::ClientContext context;
+    // Generous: only a hang runs into it (and DEADLINE_EXCEEDED is not accepted).
+    context.set_deadline(In(milliseconds(20'000)));
+    return (stub.*method)(&context, request, &response);
+  }
+
+  void Change(v1::ShareManager::Stub& stub, int which) {
+    switch (which) {
+      case 0: {
+        v1::MountRequest request;
+        request.set_epoch(epoch_);
+        request.set_generation(handled_.load() + 1);
+        v1::MountResponse response;
+        const auto status = Send(stub, &v1::ShareManager::Stub::Mount, request, response);
+        if (status.ok()) {
+          uint64_t seen = handled_.load();
+          while (seen < response.handled_generation() &&
+                 !handled_.compare_exchange_weak(seen, response.handled_generation())) {
+          }
+        }
+        Count("Mount", status);
+        break;
+      }
+      case 1: {
+        v1::UnmountRequest request;
+        request.set_epoch(epoch_);
+        v1::UnmountResponse response;
+        Count("Unmount", Send(stub, &v1::ShareManager::Stub::Unmount, request, response));
+        break;
+      }
+      default: {
+        v1::FilesystemTrimRequest request;
+        request.set_epoch(epoch_);
+        v1::FilesystemTrimResponse response;
+        Count("FilesystemTrim",
+              Send(stub, &v1::ShareManager::Stub::FilesystemTrim, request, response));
+        break;
+      }
+    }
+  }
+
+  void Count(const std::string& method, const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    ++tally_[{method, status.error_code(), status.error_message()}];
+  }
+
+  const uint64_t epoch_;
+  std::atomic<uint64_t> handled_{0};
+  std::vector<std::unique_ptr<v1::ShareManager::Stub>> stubs_;
+  mutable absl::Mutex mu_;
+  Tally tally_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::jthread> threads_;  // last: they stop and join before the rest goes
 };
 
 uint16_t PortOf(const std::string& host_port) {
@@ -250,6 +451,83 @@ TEST_CASE(
   const auto status = d->Stub()->Mount(&context, mount, &mounted);
   CHECK_MESSAGE(status.ok(), status.error_message());
   CHECK(d->WriteEventually("/after-flood.txt", "still serving").ok());
+}
+
+TEST_CASE(
+    "one connection asking for more WatchStatus streams than the server's 128 per connection: "
+    "128 are served, the rest wait in the client until streams end") {
+  auto d = StartDaemon({"--max-watch-streams", "1000"});
+  StreamFlood flood(d->addr(), 200, 1);
+  REQUIRE(flood.RunUntil([&] { return flood.accepted() == 128; }, milliseconds(20'000)));
+  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: gRPC's client holds the other 72
+  // back rather than send them (nothing is refused, nothing more is served).
+  CHECK_FALSE(flood.RunUntil([&] { return flood.accepted() > 128 || !flood.refused().empty(); },
+                             milliseconds(1000)));
+  CHECK(RequireOk(d->HealthServing("liveness", milliseconds(2000))));
+  // Each stream that ends lets one waiting stream in.
+  flood.CancelAccepted(10);
+  CHECK(flood.RunUntil([&] { return flood.accepted() == 138; }, milliseconds(10'000)));
+  CHECK(flood.refused().empty());
+}
+
+TEST_CASE(
+    "a flood of changes and reads over several connections: the changes beyond the cap are "
+    "refused RESOURCE_EXHAUSTED, health answers SERVING within the probe timeout throughout, "
+    "ganesha is untouched and NFS serves after") {
+  constexpr uint64_t kEpoch = 7;
+  auto d = StartDaemon({"--epoch", "7", "--max-changes", "2", "--max-watch-streams", "4"});
+  const auto before = RequireOk(d->Status());
+  REQUIRE(before.ganesha_pid() > 0);
+  HealthWatch health(d->health_addr(), d->addr());
+  {
+    // The changers alone are six times --max-changes; with the readers the
+    // calls outnumber the server's handler threads (4 + 2 + 16).
+    CallFlood flood(d->addr(), /*connections=*/4, /*changers=*/12, /*readers=*/24, kEpoch);
+    // Forty health rounds of flood (about four seconds); the bound only catches a hang.
+    const int start = health.rounds();
+    REQUIRE(testing_support::WaitFor([&] { return health.rounds() >= start + 40; },
+                                     milliseconds(25'000)));
+    flood.Stop();
+    const std::map<std::string, std::set<grpc::StatusCode>> acceptable = {
+        {"Mount", {grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED}},
+        {"Unmount", {grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED}},
+        // A directory export has no device: an admitted trim is UNIMPLEMENTED.
+        {"FilesystemTrim", {grpc::StatusCode::UNIMPLEMENTED, grpc::StatusCode::RESOURCE_EXHAUSTED}},
+        // Refused by the handler threads' quota when none is free.
+        {"GetStatus", {grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED}}};
+    std::map<std::string, int> ok;
+    int refused_by_changes_cap = 0;
+    for (const auto& [call, count] : flood.tally()) {
+      const auto& [method, code, message] = call;
+      MESSAGE(method, " code ", code, " x", count, ": ", message);
+      CHECK_MESSAGE(acceptable.at(method).contains(code), method, " code ", code, ": ", message);
+      if (code == grpc::StatusCode::OK) ok[method] += count;
+      if (code == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          absl::StrContains(message, "2 changes are already in progress")) {
+        refused_by_changes_cap += count;
+      }
+    }
+    CHECK(refused_by_changes_cap > 0);
+    // The flood did get through as well.
+    CHECK(ok["Mount"] > 0);
+    CHECK(ok["Unmount"] > 0);
+    CHECK(ok["GetStatus"] > 0);
+  }
+  // The flood may have ended on an Unmount: export again (one more generation).
+  grpc::ClientContext context;
+  context.set_deadline(In(milliseconds(10'000)));
+  v1::MountRequest mount;
+  mount.set_epoch(kEpoch);
+  v1::MountResponse mounted;
+  const auto status = d->Stub()->Mount(&context, mount, &mounted);
+  // On failure the log says what became of ganesha (hang kills, restarts, FAILED).
+  REQUIRE_MESSAGE(status.ok(), status.error_message(), "\n", d->output());
+  const auto after = RequireOk(d->WaitServing());
+  CHECK_MESSAGE(after.ganesha_pid() == before.ganesha_pid(), d->output());
+  CHECK(after.restart_count() == 0);
+  CHECK(d->WriteEventually("/after-call-flood.txt", "still serving").ok());
+  CHECK(RequireOk(d->ReadEventually("/after-call-flood.txt")) == "still serving");
+  CHECK_MESSAGE(health.failures().empty(), absl::StrJoin(health.failures(), "\n"));
 }
 
 TEST_CASE("the daemon raises its open-file soft limit to the hard one, and logs it") {

@@ -29,7 +29,7 @@ std::vector<uint8_t> Words(std::initializer_list<uint32_t> words) {
 // A one-connection RPC server on 127.0.0.1 that answers as told.
 class FakeRpcServer {
  public:
-  enum class Mode { kAnswer, kSilent, kWrongXid, kDenied, kClose };
+  enum class Mode { kAnswer, kSilent, kWrongXid, kDenied, kClose, kDelay };
   explicit FakeRpcServer(Mode mode) : mode_(mode) {
     fd_.reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in addr{};
@@ -77,6 +77,9 @@ class FakeRpcServer {
         break;
       case Mode::kDenied:
         reply = Words({0x80000000u | 20, xid, 1, 1, 0, 0});
+        break;
+      case Mode::kDelay:  // a COMPOUND answered NFS4ERR_DELAY, no tag, no results
+        reply = Words({0x80000000u | 36, xid, 1, 0, 0, 0, 0, 10008, 0, 0});
         break;
       case Mode::kClose:
         return;
@@ -211,6 +214,13 @@ TEST_CASE(
   // With descriptors back, the same server answers.
   const auto after = ProbeNfsNull("127.0.0.1", server.port(), milliseconds(1000));
   CHECK_MESSAGE(after.ok(), after.ToString());
+}
+
+TEST_CASE("a LOOKUP answered NFS4ERR_DELAY is an answer (FailedPrecondition), not a failure") {
+  FakeRpcServer server(FakeRpcServer::Mode::kDelay);
+  const auto lookup = ProbeNfsExport("127.0.0.1", server.port(), "pvc", milliseconds(1000));
+  CHECK_MESSAGE(lookup.code() == absl::StatusCode::kFailedPrecondition, lookup.ToString());
+  CHECK(std::string(lookup.message()).find("NFS4ERR_DELAY") != std::string::npos);
 }
 
 TEST_CASE("ProbeNfsNull refuses a host that is not an IP literal") {

@@ -325,6 +325,24 @@ TEST_CASE("a child that answers becomes SERVING, killing it restarts it in place
   CHECK(Alive(again.pid));
 }
 
+TEST_CASE(
+    "Reload before the child first answers is held until it does: SIGHUP's default action would "
+    "kill it") {
+  Harness h(FastOptions());  // sleep: SIGHUP kills it, as it does a ganesha still starting
+  const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
+  h.probe_ok_ = false;
+  kill(first, SIGKILL);
+  const pid_t second =
+      h.WaitFor([&](const SupervisorStatus& s) { return s.pid > 0 && s.pid != first; }).pid;
+  h.Run([](Supervisor& s) { s.Reload(); });
+  CHECK(testing_support::HoldsFor([&] { return Alive(second); }, milliseconds(300)));
+  // Held, not dropped: it arrives with the first answer.
+  h.probe_ok_ = true;
+  const auto reloaded = h.WaitFor([&](const SupervisorStatus& s) { return s.pid != second; });
+  REQUIRE(reloaded.last_exit.has_value());
+  CHECK(reloaded.last_exit->signal == SIGHUP);
+}
+
 TEST_CASE("readiness waits for the extra check, not just the probe") {
   SupervisorOptions options = FastOptions();
   Harness h(options);
