@@ -11,9 +11,14 @@
 
 namespace base {
 
-// Idempotent and thread-safe; the first call must come before the first
-// TLS context is made (every credential builder in base/tls.cc calls it
-// first). Aborts, with a critical log, when OpenSSL refuses the setting:
+// For the whole process: every OpenSSL context made afterwards, gRPC's or
+// anyone's (a library user's own HTTPS clients too), speaks TLS 1.3 only, and
+// an operator's own system_default settings in openssl.cnf are replaced.
+// Call it at the top of main(), before any thread starts: OpenSSL swaps its
+// configuration in place, which a context being made at that moment on
+// another thread could read half-swapped. Later calls do nothing (every
+// credential builder in base/tls.cc calls it too, for a program that did
+// not). Aborts, with a critical log, when OpenSSL refuses the setting:
 // serving TLS 1.2 where 1.3 only is promised is worse than not starting.
 void OfferOnlyTls13();
 

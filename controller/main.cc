@@ -31,6 +31,7 @@
 #include "base/json_log.h"
 #include "base/loopback_port.h"
 #include "base/tls.h"
+#include "base/tls13_only.h"
 #include "base/validate.h"
 #include "controller/controller.h"
 #include "controller/controller_metrics.h"
@@ -72,6 +73,8 @@ int64_t ParseMs(const std::string& flag, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, while no thread exists: OpenSSL's configuration is swapped in place.
+  base::OfferOnlyTls13();
   CLI::App app{
       "share-controller runs share-manager pods as local processes and keeps each share\n"
       "served: one active pod per volume (fenced by epochs), replaced when it dies or hangs,\n"

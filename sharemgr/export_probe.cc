@@ -32,12 +32,26 @@ absl::Status CheckDirectory(const std::string& dir, bool& read_only) {
 
 }  // namespace
 
+absl::Status ErrorAnswerStreak::Judge(absl::Status lookup, base::TimePoint now) {
+  if (lookup.ok() || lookup.code() == absl::StatusCode::kNotFound) {
+    since_.reset();
+    return lookup;
+  }
+  if (lookup.code() != absl::StatusCode::kFailedPrecondition) return lookup;
+  if (!since_) since_ = now;
+  const auto lasted = std::chrono::duration_cast<base::Duration>(now - *since_);
+  if (lasted < limit_) return lookup;
+  return absl::UnavailableError(absl::StrCat(lookup.message(), ", in every answer for ",
+                                             base::FormatDuration(lasted), ": counted as a miss"));
+}
+
 ExportProbe::ExportProbe(std::string host, uint16_t port, std::string component,
-                         std::string directory)
+                         std::string directory, const base::TimeSource& clock)
     : host_(std::move(host)),
       port_(port),
       component_(std::move(component)),
-      directory_(std::move(directory)) {}
+      directory_(std::move(directory)),
+      clock_(clock) {}
 
 absl::Status ExportProbe::Probe(base::Duration timeout) {
   if (!directory_.empty()) {
@@ -48,16 +62,15 @@ absl::Status ExportProbe::Probe(base::Duration timeout) {
     read_only_ = read_only;
   }
   if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
-  auto lookup = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
-  // Only a LOOKUP that got no answer is a miss. NFS4ERR_DELAY is an answer: a
-  // burst of Mount/Unmount keeps ganesha rereading its exports, and probes
-  // sped up by each reload (ProbeSoon) met it three times in a row within
-  // 25 ms and killed a ganesha that was fine. It leaves the share not ready.
+  auto answer = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
+  absl::MutexLock lock(&mu_);
+  // A LOOKUP that got no answer is a miss; an answer leaves the share ready
+  // or not, unless its errors have lasted (ErrorAnswerStreak).
+  auto lookup = error_answers_.Judge(std::move(answer), clock_.Now());
   if (!lookup.ok() && lookup.code() != absl::StatusCode::kNotFound &&
       lookup.code() != absl::StatusCode::kFailedPrecondition) {
     return lookup;
   }
-  absl::MutexLock lock(&mu_);
   export_status_ = lookup;
   return absl::OkStatus();
 }

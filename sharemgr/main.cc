@@ -10,6 +10,7 @@
 
 #include "base/fmt_absl.h"
 #include "base/json_log.h"
+#include "base/tls13_only.h"
 #include "sharemgr/capped_listener.h"
 #include "sharemgr/client_commands.h"
 #include "sharemgr/daemon.h"
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   // First, while no thread and no gRPC object exists: gRPC's poller, epoll1
   // where it works (see PinGrpcPollStrategy).
   sharemgr::PinGrpcPollStrategy();
+  // Also before any thread: OpenSSL's configuration is swapped in place.
+  base::OfferOnlyTls13();
   CLI::App app{
       "share-manager serves one ReadWriteMany volume over NFSv4: it runs and supervises\n"
       "nfs-ganesha, restarts it in place when it dies or hangs, and publishes its health\n"

@@ -301,8 +301,8 @@ absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::s
         absl::StrCat("ganesha answers LOOKUP of /", component,
                      " with NFS4ERR_DELAY (busy, e.g. rereading its exports)"));
   }
-  return absl::UnavailableError(
-      absl::StrCat("LOOKUP of /", component, " failed with nfsstat4 ", *status));
+  return absl::FailedPreconditionError(
+      absl::StrCat("ganesha answers LOOKUP of /", component, " with nfsstat4 ", *status));
 }
 
 }  // namespace supervisor

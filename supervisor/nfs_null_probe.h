@@ -44,8 +44,9 @@ std::vector<uint8_t> EncodeLookupCall(uint32_t xid, const std::string& component
 // The COMPOUND's nfsstat4 (0 = NFS4_OK, 2 = NFS4ERR_NOENT, ...).
 absl::StatusOr<uint32_t> ParseCompoundStatus(std::span<const uint8_t> record, uint32_t xid);
 // Ok when /component is exported; NotFound when ganesha does not export it;
-// FailedPrecondition when it answers NFS4ERR_DELAY (it does while it rereads
-// its exports): answered, but not ready yet.
+// FailedPrecondition when it answers with another error (NFS4ERR_DELAY while
+// it rereads its exports, or any nfsstat4): answered, but not ready. Any other
+// code: no answer (the connection, the deadline, a malformed reply).
 absl::Status ProbeNfsExport(const std::string& host, uint16_t port, const std::string& component,
                             base::Duration timeout);
 

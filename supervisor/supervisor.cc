@@ -188,6 +188,7 @@ void Supervisor::SpawnChild() {
   child_ = std::move(*child);
   instance_++;
   answered_ = false;
+  reload_pending_ = false;  // a new child reads the configuration as it is now
   misses_ = 0;
   probe_short_ = false;
   short_since_.reset();

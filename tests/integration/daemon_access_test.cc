@@ -195,11 +195,14 @@ class ConnectionFlood {
 };
 
 // Health probes as kubelet sends them, on the plaintext health port and on the
-// API port, every 100 ms from their own thread while it runs: every answer
-// must come within the manifest's probe timeout (container/k8s/
-// share-manager-pod.yaml: liveness 2 s, readiness 1 s). Liveness must say
-// SERVING throughout; readiness only has to answer, since the flood's
-// Unmounts withdraw the export and readiness rightly says NOT_SERVING then.
+// API port, every 100 ms from their own thread while it runs, each within the
+// manifest's probe timeout (container/k8s/share-manager-pod.yaml: liveness
+// 2 s, readiness 1 s). Liveness must say SERVING; readiness only has to
+// answer, since the flood's Unmounts withdraw the export and readiness
+// rightly says NOT_SERVING then. As kubelet judges (liveness' failureThreshold
+// is 3), a probe fails the watch when it fails 3 times in a row on one port:
+// one late answer while 36 threads share 2 cores (under ASan in CI) is no
+// outage, three in a row are more than 3 s without an answer.
 class HealthWatch {
  public:
   HealthWatch(const std::string& health_addr, const std::string& api_addr) {
@@ -220,14 +223,20 @@ class HealthWatch {
   }
 
   int rounds() const { return rounds_.load(); }
+  // Every failed probe, and the streaks of kFailureThreshold in a row.
   std::vector<std::string> failures() const {
     absl::MutexLock lock(&mu_);
     return failures_;
+  }
+  std::vector<std::string> outages() const {
+    absl::MutexLock lock(&mu_);
+    return outages_;
   }
 
  private:
   static constexpr milliseconds kLivenessTimeout{2000};
   static constexpr milliseconds kReadinessTimeout{1000};
+  static constexpr int kFailureThreshold = 3;
   struct Port {
     std::string addr;
     std::unique_ptr<grpc::health::v1::Health::Stub> stub;
@@ -246,16 +255,25 @@ class HealthWatch {
     } else if (must_serve && response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
       failure = absl::StrCat("status ", response.status());
     }
-    if (failure.empty()) return;
+    const std::string probe = absl::StrCat(service, " on ", port.addr);
     absl::MutexLock lock(&mu_);
-    failures_.push_back(
-        absl::StrCat(service, " on ", port.addr, " in round ", rounds_.load(), ": ", failure));
+    if (failure.empty()) {
+      in_a_row_[probe] = 0;
+      return;
+    }
+    failures_.push_back(absl::StrCat(probe, " in round ", rounds_.load(), ": ", failure));
+    if (++in_a_row_[probe] == kFailureThreshold) {
+      outages_.push_back(absl::StrCat(probe, ": ", kFailureThreshold,
+                                      " failed in a row, up to round ", rounds_.load()));
+    }
   }
 
   std::vector<Port> ports_;
   std::atomic<int> rounds_{0};
   mutable absl::Mutex mu_;
   std::vector<std::string> failures_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> outages_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> in_a_row_ ABSL_GUARDED_BY(mu_);
   std::jthread thread_;  // last: stops and joins before the rest goes
 };
 
@@ -527,7 +545,9 @@ TEST_CASE(
   CHECK(after.restart_count() == 0);
   CHECK(d->WriteEventually("/after-call-flood.txt", "still serving").ok());
   CHECK(RequireOk(d->ReadEventually("/after-call-flood.txt")) == "still serving");
-  CHECK_MESSAGE(health.failures().empty(), absl::StrJoin(health.failures(), "\n"));
+  CHECK_MESSAGE(health.outages().empty(), absl::StrJoin(health.failures(), "\n"));
+  if (!health.failures().empty())
+    MESSAGE("late or failed probes: ", absl::StrJoin(health.failures(), "\n"));
 }
 
 TEST_CASE("the daemon raises its open-file soft limit to the hard one, and logs it") {
