@@ -170,7 +170,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
                "Accept that with --longhorn-compat and --epoch > 0, Longhorn's calls get past "
                "the fence (without it that combination is refused)");
   app.add_option("--max-volume-op-time", f.max_volume_op_time,
-                 "Server-side bound on a trim or resize, whatever the caller's deadline")
+                 "Server-side bound on a trim (its work stops between two 1 GiB ranges) and on the "
+                 "wait for a resize (whose helper is bounded by its own 300 s timeout), whatever "
+                 "the caller's deadline")
       ->capture_default_str();
   app.add_option("--max-watch-streams", f.max_watch_streams,
                  "WatchStatus streams open at once; more are refused (RESOURCE_EXHAUSTED)")
@@ -478,7 +480,8 @@ absl::StatusOr<DaemonConfig> ResolveDaemonConfig(const DaemonFlags& f) {
       .volume = std::move(volume),
       .volume_probe_interval = *volume_probe,
       .volume_owner = {.max_full_repairs = static_cast<int>(f.max_repairs),
-                       .repair_window = *repair_window},
+                       .repair_window = *repair_window,
+                       .max_op_time = *max_volume_op_time},
       .lease = *std::move(lease),
   };
 }

@@ -52,7 +52,9 @@ struct ShareServiceLimits {
   // sender believes in a fence that is not there). Otherwise 0 (unset) is
   // refused like any other.
   uint64_t epoch = 0;
-  // A trim or resize is bounded by this whatever deadline the caller sent.
+  // The handler waits for a trim or resize at most this long, whatever
+  // deadline the caller sent (the trim's work stops by then too:
+  // VolumeOwnerOptions::max_op_time, the same flag).
   std::chrono::system_clock::duration max_volume_op_time = std::chrono::minutes(10);
   int max_watch_streams = 64;
   // Mutating calls in progress at once (each may wait for the loop or the volume).

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -24,6 +23,7 @@
 #include "base/clock.h"
 #include "base/fmt_absl.h"
 #include "base/unique_fd.h"
+#include "sharemgr/trim_chunks.h"
 #include "supervisor/run_program.h"
 
 namespace sharemgr {
@@ -420,18 +420,27 @@ MountState ParseMountState(const std::string& mountinfo, const std::string& targ
   return state;
 }
 
-absl::StatusOr<uint64_t> Volume::Trim() const {
+absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline) const {
   base::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd)
     return absl::UnavailableError(
         absl::StrCat("open ", config_.target, ": ", std::strerror(errno)));
-  fstrim_range range{};
-  range.len = ULLONG_MAX;
-  if (ioctl(fd.get(), FITRIM, &range) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("FITRIM on ", config_.target, ": ", std::strerror(errno)));
-  }
-  return static_cast<uint64_t>(range.len);
+  // statvfs's size never exceeds the filesystem's, so no range starts past
+  // its end (FITRIM refuses that with EINVAL); the last range is open-ended.
+  auto usage = Usage();
+  if (!usage.ok()) return usage.status();
+  auto trimmed = TrimInChunks(
+      usage->size_bytes, config_.trim_chunk_bytes, deadline, base::SteadyClock(),
+      [&](uint64_t start, uint64_t len) -> absl::StatusOr<uint64_t> {
+        fstrim_range range{.start = start, .len = len, .minlen = 0};
+        if (ioctl(fd.get(), FITRIM, &range) != 0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "FITRIM on ", config_.target, " at byte ", start, ": ", std::strerror(errno)));
+        }
+        return static_cast<uint64_t>(range.len);  // the kernel leaves the bytes trimmed here
+      });
+  if (!trimmed.ok()) spdlog::warn("volume {}: {}", config_.device, trimmed.status().message());
+  return trimmed;
 }
 
 absl::StatusOr<FsUsage> Volume::Usage() const { return VolumeUsage(config_.target); }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/clock.h"
 #include "supervisor/run_program.h"
 
 namespace sharemgr {
@@ -43,6 +44,9 @@ struct VolumeConfig {
   std::vector<std::string> mount_options;
   // Bound for each helper program (mkfs, fsck, resize).
   std::chrono::milliseconds helper_timeout{300'000};
+  // A trim's FITRIM covers this much at most; the deadline is looked at
+  // between ranges, so a trim runs past its deadline by one range at most.
+  uint64_t trim_chunk_bytes = uint64_t{1} << 30;
 };
 
 // What mountinfo says about the export's mount.
@@ -117,8 +121,11 @@ class Volume {
   absl::Status Unmount(std::chrono::milliseconds budget) const;
   absl::Status RemountReadWrite() const;
   MountState ReadMountState() const;
-  // FITRIM over the whole filesystem; the bytes trimmed.
-  absl::StatusOr<uint64_t> Trim() const;
+  // FITRIM over the whole filesystem, range by range (TrimInChunks); the bytes
+  // trimmed. Past `deadline` it stops between ranges: DEADLINE_EXCEEDED
+  // saying how far it got (the filesystem is unchanged apart from what was
+  // discarded; the next trim starts over).
+  absl::StatusOr<uint64_t> Trim(base::TimePoint deadline) const;
   // Grows the filesystem to the device's size.
   absl::StatusOr<ResizeResult> Resize() const;
   // Filesystem usage (statvfs of the target).

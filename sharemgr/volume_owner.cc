@@ -302,7 +302,8 @@ absl::Status VolumeOwner::RunForCaller(std::string name,
                 std::min(deadline, std::chrono::system_clock::now() + std::chrono::hours(24))))) {
       return absl::DeadlineExceededError(
           "the volume operation did not complete before the caller's deadline; if it started, it "
-          "goes on");
+          "goes on until it ends (a trim: to the end of the range it is trimming, then it stops "
+          "and logs how far it got)");
     }
   }
 }
@@ -468,15 +469,14 @@ absl::Status VolumeOwner::Release(Deadline deadline) {
 }
 
 template <typename T>
-absl::StatusOr<T> VolumeOwner::RunMountedOp(const char* what,
-                                            absl::StatusOr<T> (Volume::*op)() const,
+absl::StatusOr<T> VolumeOwner::RunMountedOp(const char* what, std::function<absl::StatusOr<T>()> op,
                                             Deadline deadline) {
   // Shared with the job, which may finish after the caller gave up waiting.
   auto result = std::make_shared<T>();
   auto status = RunForCaller(
       what, [this, what](VolumeState s) { return AdmitRpc(s, {VolumeState::kMounted}, what); },
-      [this, op, result]() -> absl::Status {
-        auto value = (volume_.*op)();
+      [op = std::move(op), result]() -> absl::Status {
+        auto value = op();
         if (!value.ok()) return value.status();
         *result = *std::move(value);
         return absl::OkStatus();
@@ -487,11 +487,18 @@ absl::StatusOr<T> VolumeOwner::RunMountedOp(const char* what,
 }
 
 absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
-  return RunMountedOp("trim", &Volume::Trim, deadline);
+  const base::TimePoint caller_gives_up = ToSteady(deadline);
+  return RunMountedOp<uint64_t>(
+      "trim",
+      [this, caller_gives_up] {
+        return volume_.Trim(std::min(Clock::now() + options_.max_op_time, caller_gives_up));
+      },
+      deadline);
 }
 
 absl::StatusOr<ResizeResult> VolumeOwner::Resize(Deadline deadline) {
-  return RunMountedOp("resize", &Volume::Resize, deadline);
+  return RunMountedOp<ResizeResult>(
+      "resize", [this] { return volume_.Resize(); }, deadline);
 }
 
 void VolumeOwner::BeginStop() {

@@ -39,6 +39,10 @@ struct VolumeOwnerOptions {
   // Let ganesha drop the export (it rereads its config) before unmounting.
   base::Duration export_drain{200};
   base::Duration unmount_budget{10'000};
+  // A trim's work stops by its start + this, or by its caller's deadline if
+  // that comes first (a caller that gave up does not keep the device), between
+  // two of its ranges (--max-volume-op-time).
+  base::Duration max_op_time{std::chrono::minutes(10)};
 };
 
 // A repair (or the start-up check) in progress, as published in the status.
@@ -101,7 +105,11 @@ class VolumeOwner {
   absl::Status Release(Deadline deadline);  // Unmount: kMounted -> kReleased
   // What Release would answer at once in the current state (OK if it may run).
   absl::Status CanRelease() const;
+  // The trim stops between two ranges at the caller's deadline or after
+  // max_op_time of work (DEADLINE_EXCEEDED, what it trimmed); see Volume::Trim.
   absl::StatusOr<uint64_t> Trim(Deadline deadline);
+  // The grow runs as one helper (resize2fs, xfs_growfs) bounded by the
+  // volume's helper_timeout; it is not stopped at the caller's deadline.
   absl::StatusOr<ResizeResult> Resize(Deadline deadline);
 
   // Stopping starts: new work is refused, queued work is dropped, waiting
@@ -154,7 +162,7 @@ class VolumeOwner {
                             bool touches_device = true);
   // RunForCaller for a volume operation that needs the volume mounted.
   template <typename T>
-  absl::StatusOr<T> RunMountedOp(const char* what, absl::StatusOr<T> (Volume::*op)() const,
+  absl::StatusOr<T> RunMountedOp(const char* what, std::function<absl::StatusOr<T>()> op,
                                  Deadline deadline);
   void ThreadMain();
   // Whether `job` may start now, in `state` (device thread).

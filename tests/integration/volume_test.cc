@@ -495,13 +495,6 @@ TEST_CASE("volume 8. Unmount and Mount round trip, stop with a client connected 
   CHECK(d->output().find("unmounted " + export_dir) != std::string::npos);
 }
 
-// Bytes the loop device's sparse image really holds.
-uint64_t AllocatedBytes(const LoopDevice& loop) {
-  struct stat st {};
-  REQUIRE(stat(loop.image().c_str(), &st) == 0);
-  return static_cast<uint64_t>(st.st_blocks) * 512;
-}
-
 TEST_CASE(
     "volume 9. Longhorn's invocation serves /export/<volume> from /dev/longhorn/<volume>: its "
     "Trim frees the device's blocks, Unmount unmounts, Mount serves again, Resize grows") {

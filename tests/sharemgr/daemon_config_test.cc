@@ -352,6 +352,25 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "--max-volume-op-time: 10 minutes by default, bounding both the handler's wait (the service's "
+    "limits) and a trim's work (the volume owner's), down to 1 s") {
+  DaemonFlags flags;
+  flags.volume = "pvc-1";
+  for (const auto& [flag, want] :
+       {std::pair<std::string, base::Duration>{"", std::chrono::minutes(10)},
+        {"90s", std::chrono::seconds(90)}}) {
+    if (!flag.empty()) flags.max_volume_op_time = flag;
+    const auto config = ResolveDaemonConfig(flags);
+    REQUIRE(config.ok());
+    CHECK(config->limits.max_volume_op_time == want);
+    CHECK(config->volume_owner.max_op_time == want);
+  }
+  flags.max_volume_op_time = "500ms";
+  CHECK(ResolveDaemonConfig(flags).status().message() ==
+        "--max-volume-op-time must be at least 1s");
+}
+
+TEST_CASE(
     "connections to the API port end after 10 minutes, --max-connection-age (kept out of --help) "
     "changes it, down to 1 s") {
   DaemonFlags flags;

@@ -1,0 +1,32 @@
+// Trimming a filesystem range by range, so that the work stops at a deadline.
+// One FITRIM over the whole filesystem cannot be interrupted: on slow or thin
+// storage it holds the device thread (and every other volume operation) for
+// as long as the discards take, up to an hour. One over a bounded range ends
+// soon, and between ranges the deadline is looked at.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+
+namespace sharemgr {
+
+// A trim's range; FITRIM's `len` past the filesystem's end is clamped by the kernel.
+using TrimRangeFn = std::function<absl::StatusOr<uint64_t>(uint64_t start, uint64_t len)>;
+
+// Trims [0, total_bytes) as successive ranges of `chunk_bytes` (> 0), in
+// order, each once; `trim_range` returns the bytes it trimmed. The last range
+// is open-ended ([start, UINT64_MAX)): the size statvfs gives leaves out the
+// filesystem's own metadata, so its true end lies further, and ext4 and xfs
+// clamp a range to their end. After each range, one past `deadline` (on
+// `clock`) stops the trim with DEADLINE_EXCEEDED saying how much was trimmed
+// and how far it got: the first range always runs, so a trim that started
+// makes progress. Untrimmed free space is harmless (the next trim covers it).
+// A range's error ends the trim with that error. Returns the bytes trimmed.
+absl::StatusOr<uint64_t> TrimInChunks(uint64_t total_bytes, uint64_t chunk_bytes,
+                                      base::TimePoint deadline, const base::TimeSource& clock,
+                                      const TrimRangeFn& trim_range);
+
+}  // namespace sharemgr
