@@ -420,7 +420,7 @@ MountState ParseMountState(const std::string& mountinfo, const std::string& targ
   return state;
 }
 
-absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline) const {
+absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline, const TrimStopFn& stop) const {
   base::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd)
     return absl::UnavailableError(
@@ -431,6 +431,10 @@ absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline) const {
   if (!usage.ok()) return usage.status();
   auto trimmed = TrimInChunks(
       usage->size_bytes, config_.trim_chunk_bytes, deadline, base::SteadyClock(),
+      [&] {
+        if (stop_.requested()) return absl::CancelledError("stopped: share-manager is stopping");
+        return stop();
+      },
       [&](uint64_t start, uint64_t len) -> absl::StatusOr<uint64_t> {
         fstrim_range range{.start = start, .len = len, .minlen = 0};
         if (ioctl(fd.get(), FITRIM, &range) != 0) {

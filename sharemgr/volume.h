@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "sharemgr/trim_chunks.h"
 #include "supervisor/run_program.h"
 
 namespace sharemgr {
@@ -124,8 +125,9 @@ class Volume {
   // FITRIM over the whole filesystem, range by range (TrimInChunks); the bytes
   // trimmed. Past `deadline` it stops between ranges: DEADLINE_EXCEEDED
   // saying how far it got (the filesystem is unchanged apart from what was
-  // discarded; the next trim starts over).
-  absl::StatusOr<uint64_t> Trim(base::TimePoint deadline) const;
+  // discarded; the next trim starts over). Before each range `stop` is asked
+  // (see TrimStopFn), and RequestStop ends it too (CANCELLED).
+  absl::StatusOr<uint64_t> Trim(base::TimePoint deadline, const TrimStopFn& stop) const;
   // Grows the filesystem to the device's size.
   absl::StatusOr<ResizeResult> Resize() const;
   // Filesystem usage (statvfs of the target).

@@ -491,9 +491,29 @@ absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
   return RunMountedOp<uint64_t>(
       "trim",
       [this, caller_gives_up] {
-        return volume_.Trim(std::min(Clock::now() + options_.max_op_time, caller_gives_up));
+        return volume_.Trim(std::min(Clock::now() + options_.max_op_time, caller_gives_up),
+                            [this] { return TrimMayGoOn(); });
       },
       deadline);
+}
+
+absl::Status VolumeOwner::TrimMayGoOn() const {
+  // The lease first: the loop that would fence may be stalled.
+  if (may_touch_) {
+    if (auto may = may_touch_(); !may.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("trim stopped: ", may.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!fenced_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("trim stopped: the volume is fenced (", fenced_, ")"));
+  }
+  if (stopping_) return absl::CancelledError("trim stopped: share-manager is stopping");
+  if (queued_repairs_ > 0) {
+    return absl::CancelledError("trim stopped: a repair of the filesystem is waiting");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ResizeResult> VolumeOwner::Resize(Deadline deadline) {

@@ -107,6 +107,8 @@ class VolumeOwner {
   absl::Status CanRelease() const;
   // The trim stops between two ranges at the caller's deadline or after
   // max_op_time of work (DEADLINE_EXCEEDED, what it trimmed); see Volume::Trim.
+  // It stops there too once MayTouch refuses, the owner is fenced or stopping,
+  // or a repair is queued: no FITRIM after the lease or into a repair's way.
   absl::StatusOr<uint64_t> Trim(Deadline deadline);
   // The grow runs as one helper (resize2fs, xfs_growfs) bounded by the
   // volume's helper_timeout; it is not stopped at the caller's deadline.
@@ -173,6 +175,9 @@ class VolumeOwner {
   absl::Status AdmitRpc(VolumeState state, std::initializer_list<VolumeState> allowed,
                         const char* what) const;
   absl::Status DoRepairFull(const std::string& why);
+  // Whether a running trim may start its next range (device thread): OK, or
+  // why not (see Trim).
+  absl::Status TrimMayGoOn() const;
   // Sleeps unless stopping; false when stopping.
   bool PauseUnlessStopping(base::Duration pause);
   // What an operation is refused with once stopping.

@@ -102,6 +102,22 @@ sharemgr::VolumeConfig ConfigFor(const std::string& device,
   return {.device = device, .target = target, .device_timeout = milliseconds(0)};
 }
 
+// The filesystem on `device` filled to its end and emptied, unmounted again
+// before a volume mounts it (XFS skips extents freed by a transaction still
+// in flight): all its free space is allocated in the image, for a trim to
+// give back.
+void FillAndEmpty(const std::string& device, const std::string& dir) {
+  REQUIRE(Run({"mount", device, dir}).ok());
+  std::ofstream fill(dir + "/fill.bin");
+  const std::string mib(size_t{1} << 20, 'x');
+  while (fill.write(mib.data(), static_cast<std::streamsize>(mib.size())) && fill.flush()) {
+  }
+  fill.close();
+  REQUIRE(Run({"sync", "-f", dir}).ok());
+  std::filesystem::remove(dir + "/fill.bin");
+  REQUIRE(Run({"umount", dir}).ok());
+}
+
 }  // namespace
 
 TEST_CASE("volume device 1. a gpt partition table without a filesystem is never formatted") {
@@ -307,7 +323,8 @@ TEST_CASE(
   go.Notify();
   // It was let start before the lease ended (its own outcome is the loop
   // device's: discard may be unsupported).
-  CHECK(trim.get().status().message().find("lease over") == std::string::npos);
+  // (Its next range is not: it stops there, as the lease ended.)
+  CHECK(trim.get().status().message().find("not started") == std::string::npos);
   const auto resized = resize.get();
   REQUIRE_FALSE(resized.ok());
   CHECK(resized.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -327,25 +344,14 @@ TEST_CASE(
     "volume device 10. a trim in ranges reaches the filesystem's end (ext4, xfs), and past its "
     "deadline it stops after one range, saying how far it got") {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const sharemgr::TrimStopFn kGoOn = [] { return absl::OkStatus(); };
   for (const sharemgr::FsType fs : {sharemgr::FsType::kExt4, sharemgr::FsType::kXfs}) {
     const std::string name = sharemgr::FsName(fs);
     CAPTURE(name);
     auto loop = MakeLoop(name, "320M");
     const uint64_t fresh = AllocatedBytes(*loop);
     TempDir target("sharemgr-trim");
-    {
-      // The filesystem filled to its end and emptied, before the volume
-      // mounts it: XFS skips extents freed by a transaction still in flight.
-      REQUIRE(Run({"mount", loop->path(), target.path()}).ok());
-      std::ofstream fill(target.path() + "/fill.bin");
-      const std::string mib(kMiB, 'x');
-      while (fill.write(mib.data(), static_cast<std::streamsize>(mib.size())) && fill.flush()) {
-      }
-      fill.close();
-      REQUIRE(Run({"sync", "-f", target.path()}).ok());
-      std::filesystem::remove(target.path() + "/fill.bin");
-      REQUIRE(Run({"umount", target.path()}).ok());
-    }
+    FillAndEmpty(loop->path(), target.path());
     REQUIRE(AllocatedBytes(*loop) > fresh + 200 * kMiB);  // xfs's log takes 64 MiB
     sharemgr::VolumeConfig config = ConfigFor(loop->path(), target.path());
     config.fs = fs;
@@ -353,7 +359,7 @@ TEST_CASE(
     const sharemgr::Volume volume(config);
     REQUIRE(volume.Mount().ok());
 
-    const auto stopped = volume.Trim(Clock::now() - std::chrono::seconds(1));
+    const auto stopped = volume.Trim(Clock::now() - std::chrono::seconds(1), kGoOn);
     CHECK(stopped.status().code() == absl::StatusCode::kDeadlineExceeded);
     CHECK_MESSAGE(
         stopped.status().message().find(" in the first 64.0 MiB of ") != std::string::npos,
@@ -361,7 +367,7 @@ TEST_CASE(
 
     // The whole filesystem, its last range included: the image is back to
     // about its fresh size (the first range's blocks, trimmed above, too).
-    const auto trimmed = volume.Trim(Clock::now() + std::chrono::seconds(120));
+    const auto trimmed = volume.Trim(Clock::now() + std::chrono::seconds(120), kGoOn);
     REQUIRE_MESSAGE(trimmed.ok(), trimmed.status());
     CHECK(*trimmed > 150 * kMiB);
     // Measured once unmounted: xfs's FITRIM returns before the loop device
@@ -391,4 +397,73 @@ TEST_CASE(
   // Stopped between ranges, not wedged: the owner takes the next operation.
   CHECK(owner.Release(std::chrono::system_clock::now() + std::chrono::seconds(30)).ok());
   CHECK(owner.Stop(std::chrono::seconds(30)));
+}
+
+TEST_CASE(
+    "volume device 12. a running trim stops after the range it is trimming once the owner is "
+    "fenced (no FITRIM after the lease) or a repair is queued") {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  for (const bool fence : {true, false}) {
+    CAPTURE(fence);
+    auto loop = MakeLoop("ext4", "320M");
+    const uint64_t fresh = AllocatedBytes(*loop);
+    TempDir target("sharemgr-trim");
+    FillAndEmpty(loop->path(), target.path());
+    const uint64_t filled = AllocatedBytes(*loop);
+    REQUIRE(filled > fresh + 200 * kMiB);
+    sharemgr::VolumeConfig config = ConfigFor(loop->path(), target.path());
+    config.trim_chunk_bytes = 16 * kMiB;
+    sharemgr::Volume volume(config);
+    // The lease, asked before a job starts and before each of a trim's
+    // ranges: call `hold_at` waits for `go` (a slow range, seen from the
+    // trim's side).
+    std::atomic<int> asked{0};
+    std::atomic<int> hold_at{0};
+    absl::Notification holding;
+    absl::Notification go;
+    sharemgr::VolumeOwner owner(
+        volume, {}, [] {},
+        [&] {
+          if (++asked == hold_at) {
+            holding.Notify();
+            go.WaitForNotification();
+          }
+          return absl::OkStatus();
+        });
+    std::promise<absl::Status> prepared;
+    owner.Prepare([&](absl::Status s) { prepared.set_value(std::move(s)); });
+    REQUIRE(prepared.get_future().get().ok());
+
+    // The trim's start, before its first range, before its second.
+    hold_at = asked + 3;
+    auto trim = std::async(std::launch::async, [&] {
+      return owner.Trim(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    });
+    const bool held = holding.WaitForNotificationWithTimeout(absl::Seconds(20));
+    std::promise<absl::Status> repaired;
+    if (fence) {
+      owner.Fence("lease lost (test)");
+    } else {
+      owner.RepairFull("test", [&](absl::Status s) { repaired.set_value(std::move(s)); });
+    }
+    go.Notify();
+    REQUIRE_MESSAGE(held, "the trim never asked between its ranges");
+    const auto trimmed = trim.get();
+    REQUIRE_FALSE(trimmed.ok());
+    if (fence) {
+      // The caller is answered by the fence itself.
+      CHECK(trimmed.status().code() == absl::StatusCode::kFailedPrecondition);
+      CHECK(owner.Stop(std::chrono::seconds(30)));
+    } else {
+      CHECK(trimmed.status().code() == absl::StatusCode::kCancelled);
+      CHECK_MESSAGE(trimmed.status().message().find("a repair of the filesystem is waiting: "
+                                                    "trimmed ") != std::string::npos,
+                    trimmed.status());
+      CHECK(repaired.get_future().get().ok());
+      CHECK(owner.Stop(std::chrono::seconds(30)));
+    }
+    CHECK_FALSE(volume.ReadMountState().mounted);
+    // One 16 MiB range discarded, not the whole free space.
+    CHECK(AllocatedBytes(*loop) > filled - 32 * kMiB);
+  }
 }
