@@ -8,6 +8,8 @@ packages=(
   # a compiler cache: rebuilds, and the mutation check's scratch builds, reuse objects
   ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # libext2fs-dev, xfslibs-dev: the filesystems' geometry for the trim's ranges
+  libext2fs-dev xfslibs-dev
   libmount-dev libblkid-dev e2fsprogs xfsprogs util-linux fdisk libcli11-dev libspdlog-dev libfmt-dev doctest-dev
   nfs-ganesha nfs-ganesha-vfs
   libnfs-dev libnfs-utils

@@ -21,15 +21,14 @@ using TrimRangeFn = std::function<absl::StatusOr<uint64_t>(uint64_t start, uint6
 using TrimStopFn = std::function<absl::Status()>;
 
 // Trims [0, total_bytes) as successive ranges of `chunk_bytes` (> 0), in
-// order, each once; `trim_range` returns the bytes it trimmed. The last range
-// is open-ended ([start, UINT64_MAX)): the size statvfs gives leaves out the
-// filesystem's own metadata, so its true end lies further, and ext4 and xfs
-// clamp a range to their end. After each range, one past `deadline` (on
-// `clock`) stops the trim with DEADLINE_EXCEEDED saying how much was trimmed
-// and how far it got: the first range always runs, so a trim that started
-// makes progress. Untrimmed free space is harmless (the next trim covers it).
-// `stop` is asked before every range, the first included: a trim whose
-// volume is fenced (another node may own it now), stopping, or wanted by a
+// order, each once; `trim_range` returns the bytes it trimmed. The caller
+// gives the filesystem's real size and a range of its whole allocation units
+// (see Volume::Trim). The last range is open-ended ([start, UINT64_MAX)):
+// ext4 and xfs clamp a range to their end, so nothing past it is missed. After each range, one past
+// `deadline` (on `clock`) stops the trim with DEADLINE_EXCEEDED saying how much was trimmed and how
+// far it got: the first range always runs, so a trim that started makes progress. Untrimmed free
+// space is harmless (the next trim covers it). `stop` is asked before every range, the first
+// included: a trim whose volume is fenced (another node may own it now), stopping, or wanted by a
 // repair issues no further FITRIM; its error says why and how far it got.
 // A range's error ends the trim with that error. Returns the bytes trimmed.
 absl::StatusOr<uint64_t> TrimInChunks(uint64_t total_bytes, uint64_t chunk_bytes,

@@ -1,6 +1,7 @@
 #include "sharemgr/volume.h"
 
 #include <blkid/blkid.h>
+#include <ext2fs/ext2fs.h>
 #include <fcntl.h>
 #include <libmount/libmount.h>
 #include <linux/fs.h>
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <xfs/xfs.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/byte_size.h"
 #include "base/clock.h"
 #include "base/fmt_absl.h"
 #include "base/unique_fd.h"
@@ -420,17 +423,69 @@ MountState ParseMountState(const std::string& mountinfo, const std::string& targ
   return state;
 }
 
+namespace {
+
+// Where a trim ends and how much one FITRIM covers. A range is whole
+// allocation units (xfs: allocation groups; ext4: block groups, clusters
+// counted for bigalloc), as many as fit in `chunk_bytes`, at least one:
+// older kernels discard in full every free extent a range merely overlaps
+// (xfs before 6.10; its free extents span up to an AG), and ext4 with
+// bigalloc before 5.19 marks a group trimmed after a part of it. The end is
+// the filesystem's real size: statvfs leaves its metadata out, and a project
+// quota on the root makes it report the quota.
+struct TrimGeometry {
+  uint64_t total_bytes = 0;
+  uint64_t range_bytes = 0;
+};
+
+TrimGeometry InUnits(uint64_t total_bytes, uint64_t unit_bytes, uint64_t chunk_bytes) {
+  return {.total_bytes = total_bytes,
+          .range_bytes = std::max<uint64_t>(1, chunk_bytes / unit_bytes) * unit_bytes};
+}
+
+absl::StatusOr<TrimGeometry> ReadTrimGeometry(const VolumeConfig& config, int target_fd) {
+  if (config.fs == FsType::kXfs) {
+    // V1: every kernel has it, and it holds what is needed here.
+    struct xfs_fsop_geom_v1 geometry {};
+    if (ioctl(target_fd, XFS_IOC_FSGEOMETRY_V1, &geometry) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("XFS_IOC_FSGEOMETRY on ", config.target, ": ", std::strerror(errno)));
+    }
+    return InUnits(geometry.datablocks * geometry.blocksize,
+                   uint64_t{geometry.agblocks} * geometry.blocksize, config.trim_chunk_bytes);
+  }
+  // The superblock only, read-only, as dumpe2fs -h reads a mounted ext4.
+  ext2_filsys fs = nullptr;
+  if (const errcode_t rc = ext2fs_open(config.device.c_str(),
+                                       EXT2_FLAG_64BITS | EXT2_FLAG_SUPER_ONLY |
+                                           EXT2_FLAG_SKIP_MMP | EXT2_FLAG_IGNORE_CSUM_ERRORS,
+                                       0, 0, unix_io_manager, &fs);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("reading the ext4 superblock of ", config.device, ": ", error_message(rc)));
+  }
+  const ext2_super_block* super = fs->super;
+  const uint64_t group_bytes = uint64_t{super->s_clusters_per_group}
+                               << (EXT2_MIN_BLOCK_LOG_SIZE + super->s_log_cluster_size);
+  const uint64_t total_bytes =
+      ext2fs_blocks_count(fs->super) * static_cast<uint64_t>(fs->blocksize);
+  ext2fs_close_free(&fs);
+  return InUnits(total_bytes, group_bytes, config.trim_chunk_bytes);
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline, const TrimStopFn& stop) const {
   base::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd)
     return absl::UnavailableError(
         absl::StrCat("open ", config_.target, ": ", std::strerror(errno)));
-  // statvfs's size never exceeds the filesystem's, so no range starts past
-  // its end (FITRIM refuses that with EINVAL); the last range is open-ended.
-  auto usage = Usage();
-  if (!usage.ok()) return usage.status();
+  auto geometry = ReadTrimGeometry(config_, fd.get());
+  if (!geometry.ok()) return geometry.status();
+  spdlog::info("volume {}: trimming {} in ranges of {}", config_.device,
+               base::FormatBytes(geometry->total_bytes), base::FormatBytes(geometry->range_bytes));
   auto trimmed = TrimInChunks(
-      usage->size_bytes, config_.trim_chunk_bytes, deadline, base::SteadyClock(),
+      geometry->total_bytes, geometry->range_bytes, deadline, base::SteadyClock(),
       [&] {
         if (stop_.requested()) return absl::CancelledError("stopped: share-manager is stopping");
         return stop();

@@ -45,7 +45,8 @@ struct VolumeConfig {
   std::vector<std::string> mount_options;
   // Bound for each helper program (mkfs, fsck, resize).
   std::chrono::milliseconds helper_timeout{300'000};
-  // A trim's FITRIM covers this much at most; the deadline is looked at
+  // A trim's FITRIM covers as many whole allocation units (xfs AGs, ext4
+  // block groups) as fit in this, at least one; the deadline is looked at
   // between ranges, so a trim runs past its deadline by one range at most.
   uint64_t trim_chunk_bytes = uint64_t{1} << 30;
 };
@@ -122,8 +123,9 @@ class Volume {
   absl::Status Unmount(std::chrono::milliseconds budget) const;
   absl::Status RemountReadWrite() const;
   MountState ReadMountState() const;
-  // FITRIM over the whole filesystem, range by range (TrimInChunks); the bytes
-  // trimmed. Past `deadline` it stops between ranges: DEADLINE_EXCEEDED
+  // FITRIM over the whole filesystem to its real end (its geometry, not
+  // statvfs), range by range (TrimInChunks); the bytes trimmed. Past
+  // `deadline` it stops between ranges: DEADLINE_EXCEEDED
   // saying how far it got (the filesystem is unchanged apart from what was
   // discarded; the next trim starts over). Before each range `stop` is asked
   // (see TrimStopFn), and RequestStop ends it too (CANCELLED).

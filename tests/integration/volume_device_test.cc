@@ -341,8 +341,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "volume device 10. a trim in ranges reaches the filesystem's end (ext4, xfs), and past its "
-    "deadline it stops after one range, saying how far it got") {
+    "volume device 10. a trim in ranges of whole allocation units reaches the filesystem's real "
+    "end (ext4, xfs), and past its deadline it stops after one range, saying how far it got") {
   constexpr uint64_t kMiB = uint64_t{1} << 20;
   const sharemgr::TrimStopFn kGoOn = [] { return absl::OkStatus(); };
   for (const sharemgr::FsType fs : {sharemgr::FsType::kExt4, sharemgr::FsType::kXfs}) {
@@ -355,15 +355,20 @@ TEST_CASE(
     REQUIRE(AllocatedBytes(*loop) > fresh + 200 * kMiB);  // xfs's log takes 64 MiB
     sharemgr::VolumeConfig config = ConfigFor(loop->path(), target.path());
     config.fs = fs;
-    config.trim_chunk_bytes = 64 * kMiB;
+    // Not a whole number of either filesystem's units.
+    config.trim_chunk_bytes = 100 * kMiB;
     const sharemgr::Volume volume(config);
     REQUIRE(volume.Mount().ok());
 
     const auto stopped = volume.Trim(Clock::now() - std::chrono::seconds(1), kGoOn);
     CHECK(stopped.status().code() == absl::StatusCode::kDeadlineExceeded);
-    CHECK_MESSAGE(
-        stopped.status().message().find(" in the first 64.0 MiB of ") != std::string::npos,
-        stopped.status());
+    // A range is whole allocation units (ext4 of 320 MiB: 1 KiB blocks,
+    // 8 MiB block groups, 12 fit; xfs: 4 AGs of 80 MiB, one), and the end is
+    // the filesystem's real size, not statvfs's (ext4 ~290 MiB, xfs ~256 MiB
+    // without its log).
+    const std::string want = fs == sharemgr::FsType::kExt4 ? " in the first 96.0 MiB of 320.0 MiB"
+                                                           : " in the first 80.0 MiB of 320.0 MiB";
+    CHECK_MESSAGE(stopped.status().message().find(want) != std::string::npos, stopped.status());
 
     // The whole filesystem, its last range included: the image is back to
     // about its fresh size (the first range's blocks, trimmed above, too).
