@@ -169,10 +169,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_flag("--longhorn-compat-bypasses-epoch", f.longhorn_compat_bypasses_epoch,
                "Accept that with --longhorn-compat and --epoch > 0, Longhorn's calls get past "
                "the fence (without it that combination is refused)");
-  app.add_option("--max-volume-op-time", f.max_volume_op_time,
-                 "Server-side bound on a trim (its work stops between two 1 GiB ranges) and on the "
-                 "wait for a resize (whose helper is bounded by its own 300 s timeout), whatever "
-                 "the caller's deadline")
+  app.add_option(
+         "--max-volume-op-time", f.max_volume_op_time,
+         "Server-side bound on a trim (its work stops between two ranges of whole allocation "
+         "groups, about 1 GiB) and on the "
+         "wait for a resize (whose helper is bounded by its own 300 s timeout), whatever "
+         "the caller's deadline")
       ->capture_default_str();
   app.add_option("--max-watch-streams", f.max_watch_streams,
                  "WatchStatus streams open at once; more are refused (RESOURCE_EXHAUSTED)")

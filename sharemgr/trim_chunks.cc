@@ -1,5 +1,6 @@
 #include "sharemgr/trim_chunks.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -40,6 +41,13 @@ absl::StatusOr<uint64_t> TrimInChunks(uint64_t total_bytes, uint64_t chunk_bytes
     }
   }
   return trimmed;
+}
+
+base::TimePoint TrimWorkDeadline(base::TimePoint now, base::Duration max_op_time,
+                                 base::TimePoint caller_gives_up) {
+  const auto answer_margin = std::clamp<base::Clock::duration>(
+      (caller_gives_up - now) / 10, base::Clock::duration::zero(), std::chrono::seconds(5));
+  return std::min(now + max_op_time, caller_gives_up - answer_margin);
 }
 
 }  // namespace sharemgr

@@ -35,4 +35,11 @@ absl::StatusOr<uint64_t> TrimInChunks(uint64_t total_bytes, uint64_t chunk_bytes
                                       base::TimePoint deadline, const base::TimeSource& clock,
                                       const TrimStopFn& stop, const TrimRangeFn& trim_range);
 
+// The deadline of a trim's work that starts at `now`: `max_op_time` after it,
+// and before the caller stops waiting by a tenth of its remaining wait (5 s at
+// most), so that a trim cut short by either still answers how far it got
+// instead of the caller's bare DEADLINE_EXCEEDED.
+base::TimePoint TrimWorkDeadline(base::TimePoint now, base::Duration max_op_time,
+                                 base::TimePoint caller_gives_up);
+
 }  // namespace sharemgr

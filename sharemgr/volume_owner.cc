@@ -491,7 +491,7 @@ absl::StatusOr<uint64_t> VolumeOwner::Trim(Deadline deadline) {
   return RunMountedOp<uint64_t>(
       "trim",
       [this, caller_gives_up] {
-        return volume_.Trim(std::min(Clock::now() + options_.max_op_time, caller_gives_up),
+        return volume_.Trim(TrimWorkDeadline(Clock::now(), options_.max_op_time, caller_gives_up),
                             [this] { return TrimMayGoOn(); });
       },
       deadline);

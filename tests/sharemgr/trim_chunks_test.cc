@@ -146,5 +146,18 @@ TEST_CASE("TrimInChunks: a stop already requested keeps even the first range fro
   CHECK(ranges.calls.empty());
 }
 
+TEST_CASE("TrimWorkDeadline: the work stops before the caller stops waiting, so it can answer") {
+  const base::TimePoint now{};
+  const auto cap = base::Duration(600'000);
+  // A far caller: a tenth of its wait is over 5 s, so 5 s before it; the cap is later.
+  CHECK(TrimWorkDeadline(now, cap, now + seconds(600)) == now + seconds(595));
+  // A near caller: a tenth of what is left.
+  CHECK(TrimWorkDeadline(now, cap, now + seconds(10)) == now + seconds(9));
+  // The cap first when it comes first.
+  CHECK(TrimWorkDeadline(now, base::Duration(1000), now + seconds(600)) == now + seconds(1));
+  // A caller already gone: no margin past it (the job would not start anyway).
+  CHECK(TrimWorkDeadline(now, cap, now - seconds(1)) == now - seconds(1));
+}
+
 }  // namespace
 }  // namespace sharemgr
