@@ -10,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include <xfs/xfs.h>
 
@@ -17,7 +18,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -426,12 +429,13 @@ MountState ParseMountState(const std::string& mountinfo, const std::string& targ
 namespace {
 
 // Where a trim ends and how much one FITRIM covers. A range is whole
-// allocation units (xfs: allocation groups; ext4: block groups, clusters
-// counted for bigalloc), as many as fit in `chunk_bytes`, at least one:
-// older kernels discard in full every free extent a range merely overlaps
-// (xfs before 6.10; its free extents span up to an AG), and ext4 with
-// bigalloc before 5.19 marks a group trimmed after a part of it. The end is
-// the filesystem's real size: statvfs leaves its metadata out, and a project
+// allocation units, as many as fit in `chunk_bytes`, at least one: ext4's
+// block groups (clusters counted for bigalloc: ext4 before 5.19 marks a group
+// trimmed after a part of it); xfs's allocation groups on kernels before 6.10,
+// which discard in full every free extent a range merely overlaps (its free
+// extents span up to an AG, often a quarter of the filesystem), its blocks on
+// later ones, which clamp each extent to the range. The end is the
+// filesystem's real size: statvfs leaves its metadata out, and a project
 // quota on the root makes it report the quota.
 struct TrimGeometry {
   uint64_t total_bytes = 0;
@@ -451,15 +455,27 @@ absl::StatusOr<TrimGeometry> ReadTrimGeometry(const VolumeConfig& config, int ta
       return absl::UnavailableError(
           absl::StrCat("XFS_IOC_FSGEOMETRY on ", config.target, ": ", std::strerror(errno)));
     }
-    return InUnits(geometry.datablocks * geometry.blocksize,
-                   uint64_t{geometry.agblocks} * geometry.blocksize, config.trim_chunk_bytes);
+    const uint64_t unit = KernelClampsXfsTrimRanges()
+                              ? geometry.blocksize
+                              : uint64_t{geometry.agblocks} * geometry.blocksize;
+    return InUnits(geometry.datablocks * geometry.blocksize, unit, config.trim_chunk_bytes);
   }
-  // The superblock only, read-only, as dumpe2fs -h reads a mounted ext4.
+  // libext2fs' messages for its own codes (it only registers them in its tools).
+  static std::once_flag ext2_errors;
+  std::call_once(ext2_errors, [] { initialize_ext2_error_table(); });
+  // The superblock only, read-only, as dumpe2fs -h reads a mounted ext4,
+  // through a descriptor of ours: libext2fs opens without O_CLOEXEC, and a
+  // ganesha started meanwhile would keep the device open for its life.
+  const int device_fd = open(config.device.c_str(), O_RDONLY | O_CLOEXEC);
+  if (device_fd < 0) {
+    return absl::UnavailableError(absl::StrCat("open ", config.device, ": ", std::strerror(errno)));
+  }
   ext2_filsys fs = nullptr;
-  if (const errcode_t rc = ext2fs_open(config.device.c_str(),
+  // unixfd_io_manager closes `device_fd` with the filesystem, or when the open fails.
+  if (const errcode_t rc = ext2fs_open(std::to_string(device_fd).c_str(),
                                        EXT2_FLAG_64BITS | EXT2_FLAG_SUPER_ONLY |
                                            EXT2_FLAG_SKIP_MMP | EXT2_FLAG_IGNORE_CSUM_ERRORS,
-                                       0, 0, unix_io_manager, &fs);
+                                       0, 0, unixfd_io_manager, &fs);
       rc != 0) {
     return absl::UnavailableError(
         absl::StrCat("reading the ext4 superblock of ", config.device, ": ", error_message(rc)));
@@ -475,6 +491,14 @@ absl::StatusOr<TrimGeometry> ReadTrimGeometry(const VolumeConfig& config, int ta
 
 }  // namespace
 
+bool KernelClampsXfsTrimRanges() {
+  struct utsname name {};
+  int major = 0;
+  int minor = 0;
+  if (uname(&name) != 0 || std::sscanf(name.release, "%d.%d", &major, &minor) != 2) return false;
+  return std::pair(major, minor) >= std::pair(6, 10);
+}
+
 absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline, const TrimStopFn& stop) const {
   base::UniqueFd fd(open(config_.target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd)
@@ -487,8 +511,10 @@ absl::StatusOr<uint64_t> Volume::Trim(base::TimePoint deadline, const TrimStopFn
   auto trimmed = TrimInChunks(
       geometry->total_bytes, geometry->range_bytes, deadline, base::SteadyClock(),
       [&] {
-        if (stop_.requested()) return absl::CancelledError("stopped: share-manager is stopping");
-        return stop();
+        // The owner's reason first: a fence also stops the volume, and says why.
+        if (auto may = stop(); !may.ok()) return may;
+        if (stop_.requested()) return absl::UnavailableError("stopped: share-manager is stopping");
+        return absl::OkStatus();
       },
       [&](uint64_t start, uint64_t len) -> absl::StatusOr<uint64_t> {
         fstrim_range range{.start = start, .len = len, .minlen = 0};

@@ -91,6 +91,11 @@ struct FsUsage {
 // The usage of the mount at `target` (statvfs).
 absl::StatusOr<FsUsage> VolumeUsage(const std::string& target);
 
+// Whether this kernel's xfs trims only the part of a free extent inside a
+// FITRIM range (Linux 6.10 and later); before, a range discards in full every
+// free extent it overlaps, so the trim's ranges are whole allocation groups.
+bool KernelClampsXfsTrimRanges();
+
 class Volume {
  public:
   explicit Volume(VolumeConfig config) : config_(std::move(config)) {}

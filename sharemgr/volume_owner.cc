@@ -509,9 +509,11 @@ absl::Status VolumeOwner::TrimMayGoOn() const {
     return absl::FailedPreconditionError(
         absl::StrCat("trim stopped: the volume is fenced (", fenced_, ")"));
   }
-  if (stopping_) return absl::CancelledError("trim stopped: share-manager is stopping");
+  // UNAVAILABLE, as an operation refused for these reasons before it starts:
+  // the caller may retry (CANCELLED would say it cancelled).
+  if (stopping_) return absl::UnavailableError("trim stopped: share-manager is stopping");
   if (queued_repairs_ > 0) {
-    return absl::CancelledError("trim stopped: a repair of the filesystem is waiting");
+    return absl::UnavailableError("trim stopped: a repair of the filesystem is waiting");
   }
   return absl::OkStatus();
 }

@@ -518,6 +518,14 @@ TEST_CASE(
     for (const auto& [call, count] : flood.tally()) {
       const auto& [method, code, message] = call;
       MESSAGE(method, " code ", code, " x", count, ": ", message);
+      // The flooding client's own connection failing (once seen in CI, with
+      // other tests and a build on the 2 cores: a channel in backoff fails
+      // its calls at once) is the client's trouble, not an answer: what the
+      // server must do is checked by the health watch and after the flood.
+      if (code == grpc::StatusCode::UNAVAILABLE &&
+          absl::StrContains(message, "failed to connect to all addresses")) {
+        continue;
+      }
       CHECK_MESSAGE(acceptable.at(method).contains(code), method, " code ", code, ": ", message);
       if (code == grpc::StatusCode::OK) ok[method] += count;
       if (code == grpc::StatusCode::RESOURCE_EXHAUSTED &&
