@@ -54,7 +54,9 @@ if (cidrFlag >= 0 && !isCidr(nodeCidr)) {
   process.exit(2);
 }
 
-const dir = path.join(root, "container/k8s");
+// --dir: another copy of the manifests (the k8s tests check altered ones).
+const dirFlag = process.argv.indexOf("--dir");
+const dir = dirFlag >= 0 ? process.argv[dirFlag + 1] : path.join(root, "container/k8s");
 const pods = [];
 const services = [];
 const policies = [];

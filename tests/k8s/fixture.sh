@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The ctest fixture behind every `k8s` test: one cluster per ctest run.
+#   fixture.sh up    takes down whatever an earlier, interrupted run left in the
+#                    fixture's directory, brings the cluster up, and imports the
+#                    share-manager image: $SHARE_MANAGER_IMAGE (a podman vfs tag,
+#                    as scripts/test.sh builds once for the container and k8s
+#                    stages), or one built here from a clean checkout of HEAD.
+#   fixture.sh down  takes it all down again.
+# Every failing step prints its command's output: the tests never skip.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export SHAREMGR_K8S_DIR=${SHAREMGR_K8S_DIR:-/run/sharemgr-k8s-ctest}
+image_name=localhost/share-manager:k8s-test
+
+case ${1:-} in
+  up)
+    bash "$here/cluster.sh" down "$SHAREMGR_K8S_DIR"
+    bash "$here/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null
+    if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
+      podman --storage-driver vfs tag "$SHARE_MANAGER_IMAGE" "$image_name"
+    else
+      src=$(mktemp -d /tmp/sharemgr-k8s-image.XXXXXX)
+      trap 'rm -rf "$src"' EXIT
+      echo "fixture: building the image from a clean checkout of HEAD ($(git -C "$repo" rev-parse --short HEAD))"
+      git -C "$repo" archive HEAD | tar -x -C "$src"
+      bash "$src/container/build.sh" "$image_name" >"$src/build.log" 2>&1 || {
+        tail -n 40 "$src/build.log"
+        echo "fixture: the image did not build"
+        exit 1
+      }
+    fi
+    bash "$here/cluster.sh" import-image "$image_name" "$SHAREMGR_K8S_DIR"
+    podman --storage-driver vfs rmi "$image_name" >/dev/null 2>&1 || true
+    echo "fixture: cluster up in $SHAREMGR_K8S_DIR with $image_name"
+    ;;
+  down)
+    bash "$here/cluster.sh" down "$SHAREMGR_K8S_DIR"
+    ;;
+  *)
+    echo "usage: fixture.sh up|down" >&2
+    exit 2
+    ;;
+esac

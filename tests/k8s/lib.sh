@@ -1,0 +1,208 @@
+# shellcheck shell=bash
+# What the k8s tests share: the running cluster's environment (tests/k8s/cluster.sh
+# up), checks that count failures, the shipped pod rendered for one share, and a
+# look inside the node (containerd's tasks, kubelet's metrics).
+# Sourced by tests/k8s/*_test.sh; needs SHAREMGR_K8S_DIR of a cluster that is up.
+
+k8s_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+k8s_dir=${SHAREMGR_K8S_DIR:-/run/sharemgr-k8s}
+if [[ ! -f $k8s_dir/env ]]; then
+  echo "FAIL no test cluster is up in $k8s_dir: the fixture 'k8s cluster up' failed (its output says which step)" >&2
+  exit 1
+fi
+# shellcheck disable=SC1091
+source "$k8s_dir/env"
+
+failures=0
+pass() { echo "ok   $*"; }
+fail() {
+  echo "FAIL $*"
+  failures=$((failures + 1))
+}
+check() { # check DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  if "$@"; then pass "$what"; else fail "$what"; fi
+}
+finish() {
+  if ((failures)); then
+    echo "$failures check(s) failed"
+    exit 1
+  fi
+  echo "all checks passed"
+}
+now_ms() { date +%s%3N; }
+eventually() { # eventually SECONDS COMMAND...: every 100 ms until it succeeds
+  local deadline=$(($(now_ms) + $1 * 1000))
+  shift
+  until "$@"; do
+    (($(now_ms) < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+k() { kubectl --request-timeout=20s "$@"; }
+
+# The image under test, imported into the node by the fixture.
+k8s_image=${SHARE_MANAGER_K8S_IMAGE:-localhost/share-manager:k8s-test}
+
+# ---------------------------------------------------------------- a share's objects
+
+# k8s_tls_secret: the share-manager-tls Secret the pod mounts (a CA, the pod's
+# certificate with DNS SAN share-manager, the CA's own certificate as ca.crt).
+k8s_tls_secret() {
+  k get secret share-manager-tls >/dev/null 2>&1 && return 0
+  local t
+  t=$(mktemp -d)
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=k8s-test-ca \
+    -keyout "$t/ca.key" -out "$t/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=share-manager -keyout "$t/tls.key" -out "$t/tls.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:share-manager\nextendedKeyUsage=serverAuth\n' >"$t/ext"
+  openssl x509 -req -in "$t/tls.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial -days 1 \
+    -extfile "$t/ext" -out "$t/tls.crt" 2>/dev/null
+  k create secret generic share-manager-tls --from-file="$t/tls.crt" --from-file="$t/tls.key" \
+    --from-file="$t/ca.crt" >/dev/null
+  rm -rf "$t"
+}
+
+# k8s_block_volume VOLUME: an ext4 loop device as a local block PersistentVolume
+# and its claim, named VOLUME, bound to this node.
+k8s_block_volume() {
+  local vol=$1 dev
+  dev=$(bash "$k8s_repo/tests/k8s/cluster.sh" block-device "$vol" 192M "$SHAREMGR_K8S_DIR")
+  mkfs.ext4 -q -F "$dev"
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $vol
+spec:
+  capacity: {storage: 192Mi}
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: sharemgr-local
+  claimRef: {namespace: default, name: $vol}
+  local: {path: $dev}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/hostname, operator: In, values: [$SHAREMGR_K8S_NODE]}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: $vol
+spec:
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  storageClassName: sharemgr-local
+  volumeName: $vol
+  resources: {requests: {storage: 192Mi}}
+YAML
+  echo "$dev"
+}
+
+# k8s_render FILE VOLUME [EPOCH] [SED-EXPRESSION...]: a shipped manifest with its
+# placeholders filled for VOLUME (the example volume's name, the image, the
+# epoch, the nodes' network), then each extra sed expression applied.
+k8s_render() {
+  local file=$1 vol=$2 epoch=${3:-1}
+  shift 3 || shift $#
+  local exprs=(-e "s|pvc-example|$vol|g" -e "s|image: share-manager:dev|image: $k8s_image|"
+    -e "s|--epoch=1$|--epoch=$epoch|" -e "s|share-manager-$vol\$|share-manager-$vol-e$epoch|"
+    -e "s|REPLACE_WITH_NODE_CIDR|$SHAREMGR_K8S_NODE_CIDR|g")
+  local e
+  for e in "$@"; do exprs+=(-e "$e"); done
+  sed "${exprs[@]}" "$k8s_repo/container/k8s/$file"
+}
+
+k8s_pod_name() { echo "share-manager-$1-e${2:-1}"; }
+
+# k8s_share VOLUME [EPOCH] [SED...]: the pod (and its Service, once) for VOLUME.
+k8s_share() {
+  local vol=$1 epoch=${2:-1}
+  shift 2 || shift $#
+  k8s_render share-manager-pod.yaml "$vol" "$epoch" "$@" | k apply -f - >/dev/null
+  k get service "$vol" >/dev/null 2>&1 ||
+    k8s_render share-manager-service.yaml "$vol" | k apply -f - >/dev/null
+}
+
+k8s_ready() { # k8s_ready POD
+  [[ $(k get pod "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+k8s_wait_ready() { eventually "${2:-90}" k8s_ready "$1"; }
+
+k8s_phase() { k get pod "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
+
+k8s_delete_share() { # k8s_delete_share VOLUME: its pods, Service, claim and volume
+  local vol=$1
+  k delete pod -l "share-manager/volume=$vol" --wait=true --timeout=60s >/dev/null 2>&1
+  k delete service "$vol" --ignore-not-found >/dev/null 2>&1
+  k delete pvc "$vol" --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1
+  k delete pv "$vol" --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------- inside the node
+
+k8s_container_id() { # POD: containerd's id of its share-manager container
+  k get pod "$1" -o 'jsonpath={.status.containerStatuses[0].containerID}' | sed 's|^containerd://||'
+}
+k8s_started_at() {
+  k get pod "$1" -o 'jsonpath={.status.containerStatuses[0].state.running.startedAt}'
+}
+k8s_pod_ip() { k get pod "$1" -o 'jsonpath={.status.podIP}'; }
+k8s_service_ip() { k get service "$1" -o 'jsonpath={.spec.clusterIP}'; }
+
+# The host pid of share-manager in POD (the container's first process).
+k8s_share_manager_pid() {
+  local id
+  id=$(k8s_container_id "$1")
+  [[ -n $id ]] || return 1
+  ctr --address "$SHAREMGR_K8S_CONTAINERD" -n k8s.io tasks ls 2>/dev/null | awk -v id="$id" '$1 == id {print $2}'
+}
+# ganesha.nfsd, share-manager's child, as a host pid.
+k8s_ganesha_pid() {
+  local sm
+  sm=$(k8s_share_manager_pid "$1") || return 1
+  [[ -n $sm ]] || return 1
+  pgrep -P "$sm" -x ganesha.nfsd
+}
+
+# kubelet's own endpoints, through the apiserver's node proxy.
+k8s_kubelet_get() { k get --raw "/api/v1/nodes/$SHAREMGR_K8S_NODE/proxy/$1"; }
+
+# How many of POD's probes of TYPE kubelet counted as failed (prober_probe_total).
+k8s_probe_failures() { # POD TYPE
+  k8s_kubelet_get metrics/probes | awk -v pod="$1" -v type="$2" '
+    $1 ~ /^prober_probe_total\{/ && index($1, "pod=\"" pod "\"") && index($1, "probe_type=\"" type "\"") &&
+      index($1, "result=\"failed\"") {s += $2} END {print s + 0}'
+}
+k8s_probe_successes() { # POD TYPE
+  k8s_kubelet_get metrics/probes | awk -v pod="$1" -v type="$2" '
+    $1 ~ /^prober_probe_total\{/ && index($1, "pod=\"" pod "\"") && index($1, "probe_type=\"" type "\"") &&
+      index($1, "result=\"successful\"") {s += $2} END {print s + 0}'
+}
+
+# Events about POD with REASON (e.g. Unhealthy, Killing), as "reason: message" lines.
+k8s_events() { # POD [REASON]
+  k get events --field-selector "involvedObject.name=$1${2:+,reason=$2}" \
+    -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null
+}
+
+# ---------------------------------------------------------------- NFS through the cluster
+
+# nfs_url ADDRESS VOLUME FILE
+nfs_url() { echo "nfs://$1/$2/$3?version=4&nfsport=2049"; }
+# nfs_write ADDRESS VOLUME FILE LOCAL: a new file with LOCAL's bytes
+nfs_write() { timeout 10 nfs-cp "$4" "$(nfs_url "$1" "$2" "$3")" >/dev/null 2>&1; }
+# nfs_same ADDRESS VOLUME FILE LOCAL: the file reads back as LOCAL's bytes
+nfs_same() {
+  local got
+  got=$(mktemp)
+  timeout 10 nfs-cat "$(nfs_url "$1" "$2" "$3")" >"$got" 2>/dev/null && cmp -s "$got" "$4"
+  local rc=$?
+  rm -f "$got"
+  return $rc
+}

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# The shipped share-manager pod (container/k8s/) on a real kubelet: probed by
+# kubelet's own gRPC probes, its block volume mapped in by kubelet, NFS through
+# the Service that kube-proxy programs, and every fault a node sees.
+#
+# Usage: tests/k8s/pod_test.sh CASE   (root; a cluster up: tests/k8s/cluster.sh up)
+#   ready        the pod turns Ready through its probes; NFS through its Service,
+#                whose address outlives a replaced pod
+#   ganesha-kill SIGKILL ganesha: restarted in place, no probe fails, data intact
+#   ganesha-stop SIGSTOP ganesha: found hung, restarted in place
+#   budget       the death budget spent: exit 3, the reason in the termination message
+#   frozen       SIGSTOP share-manager: liveness fails and kubelet kills the container
+#   delete       kubectl delete pod: SIGTERM, ganesha stopped, device unmounted, exit 0
+#   bad-values   a placeholder left in, a wrong port, a probe on the TLS port: refused, named
+#   egress       nothing left the cluster's range (the FORWARD drop counted nothing)
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+
+case_name=${1:?usage: pod_test.sh CASE}
+work=$(mktemp -d /tmp/sharemgr-k8s-test.XXXXXX)
+volumes=()
+cleanup() {
+  local v
+  for v in "${volumes[@]}"; do k8s_delete_share "$v"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+
+payload() { head -c "${2:-65536}" /dev/urandom >"$work/$1"; }
+
+# new_share VOLUME [SED...]: its block volume, TLS secret, pod and Service; waits
+# until the pod is Ready. Prints nothing; fails the test when it never is.
+new_share() {
+  local vol=$1
+  shift
+  volumes+=("$vol")
+  k8s_tls_secret
+  k8s_block_volume "$vol" >/dev/null || return 1
+  k8s_share "$vol" 1 "$@" || return 1
+  if ! k8s_wait_ready "$(k8s_pod_name "$vol")" 120; then
+    echo "pod $(k8s_pod_name "$vol") never turned Ready:"
+    k describe pod "$(k8s_pod_name "$vol")" | tail -n 30
+    k logs "$(k8s_pod_name "$vol")" --tail=30 2>&1
+    return 1
+  fi
+}
+
+# Waits until kubelet has just counted a successful readiness probe of POD:
+# what follows has a whole probe period before the next one.
+just_after_readiness_probe() {
+  local pod=$1 before
+  before=$(k8s_probe_successes "$pod" Readiness)
+  eventually 10 bash -c "[[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_probe_successes '$pod' Readiness) -gt $before ]]"
+}
+
+# Checks that share-manager in POD restarted ganesha in place: the same
+# container (id, start time, no restart), the same share-manager, another
+# ganesha, and no probe failed or was reported unhealthy.
+same_container_checks() {
+  local pod=$1 id=$2 started=$3 sm=$4 old_ganesha=$5 fails_before=$6
+  check "the same container ($id)" [ "$(k8s_container_id "$pod")" == "$id" ]
+  check "the same container start time ($started)" [ "$(k8s_started_at "$pod")" == "$started" ]
+  check "no container restart" [ "$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].restartCount}')" == 0 ]
+  check "the same share-manager (pid $sm)" [ "$(k8s_share_manager_pid "$pod")" == "$sm" ]
+  local now_ganesha
+  now_ganesha=$(k8s_ganesha_pid "$pod")
+  check "a new ganesha ($old_ganesha -> ${now_ganesha:-none}) under the same share-manager" \
+    [ -n "$now_ganesha" -a "$now_ganesha" != "$old_ganesha" ]
+  local fails_after
+  fails_after=$(probe_failure_total "$pod")
+  check "no probe failed in kubelet's prober metrics ($fails_before -> $fails_after)" [ "$fails_after" == "$fails_before" ]
+  check "no Unhealthy event" [ -z "$(k8s_events "$pod" Unhealthy)" ]
+}
+
+probe_failure_total() {
+  echo $(($(k8s_probe_failures "$1" Startup) + $(k8s_probe_failures "$1" Readiness) + $(k8s_probe_failures "$1" Liveness)))
+}
+
+# ---------------------------------------------------------------- cases
+
+case_ready() {
+  local vol=k8s-ready pod svc
+  pod=$(k8s_pod_name "$vol")
+  new_share "$vol" || {
+    fail "pod turns Ready"
+    return
+  }
+  pass "pod $pod Ready"
+  check "kubelet's startup probe succeeded" [ "$(k8s_probe_successes "$pod" Startup)" -ge 1 ]
+  eventually 30 bash -c "[[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_probe_successes '$pod' Liveness) -ge 1 ]]"
+  check "kubelet's liveness probe succeeded" [ "$(k8s_probe_successes "$pod" Liveness)" -ge 1 ]
+  check "kubelet's readiness probe succeeded" [ "$(k8s_probe_successes "$pod" Readiness)" -ge 1 ]
+  check "the pod's container has its block device mapped at /dev/longhorn/$vol" \
+    k exec "$pod" -- test -b "/dev/longhorn/$vol"
+  check "share-manager mounted it (ext4) at the export" \
+    bash -c "k8s_pid=\$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_share_manager_pid '$pod'); grep -q ' ext4 ' /proc/\$k8s_pid/mounts"
+  svc=$(k8s_service_ip "$vol")
+  payload first
+  check "NFS write through the Service ($svc, kube-proxy)" eventually 30 nfs_write "$svc" "$vol" first "$work/first"
+  check "NFS read back through the Service" nfs_same "$svc" "$vol" first "$work/first"
+
+  # The pod replaced (as the controller does, under the next epoch): the
+  # Service's address stays, and so does the data on the volume.
+  k delete pod "$pod" --wait=true --timeout=60s >/dev/null
+  k8s_share "$vol" 2
+  local pod2
+  pod2=$(k8s_pod_name "$vol" 2)
+  check "the replacement $pod2 turns Ready" k8s_wait_ready "$pod2" 120
+  check "the Service keeps its address ($svc)" [ "$(k8s_service_ip "$vol")" == "$svc" ]
+  check "the replacement has another pod IP than its Service" [ "$(k8s_pod_ip "$pod2")" != "$svc" ]
+  check "the first file reads back through the same Service address" eventually 30 nfs_same "$svc" "$vol" first "$work/first"
+  payload second
+  check "NFS write to the replacement through the Service" nfs_write "$svc" "$vol" second "$work/second"
+  check "and read back" nfs_same "$svc" "$vol" second "$work/second"
+}
+
+ganesha_fault() { # ganesha_fault VOLUME SIGNAL
+  local vol=$1 sig=$2 pod ip id started sm ganesha fails
+  pod=$(k8s_pod_name "$vol")
+  new_share "$vol" || {
+    fail "pod turns Ready"
+    return
+  }
+  ip=$(k8s_pod_ip "$pod")
+  payload data
+  check "NFS write at the pod IP ($ip)" eventually 30 nfs_write "$ip" "$vol" data "$work/data"
+  id=$(k8s_container_id "$pod")
+  started=$(k8s_started_at "$pod")
+  sm=$(k8s_share_manager_pid "$pod")
+  ganesha=$(k8s_ganesha_pid "$pod")
+  [[ -n $sm && -n $ganesha ]] || {
+    fail "found share-manager (${sm:-?}) and ganesha (${ganesha:-?}) on the node"
+    return
+  }
+  # Liveness and startup probes are never allowed to fail. Readiness honestly
+  # says NOT_SERVING for the tens of milliseconds of a restart: the kill comes
+  # right after a readiness probe, so the restart is over before the next one.
+  just_after_readiness_probe "$pod"
+  fails=$(probe_failure_total "$pod")
+  kill "-$sig" "$ganesha"
+  if [[ $sig == STOP ]]; then
+    check "the frozen ganesha ($ganesha) is found hung and killed" eventually 30 bash -c "! kill -0 $ganesha 2>/dev/null"
+  fi
+  check "a new ganesha answers NFS at the pod IP" eventually 30 nfs_same "$ip" "$vol" data "$work/data"
+  # Two readiness periods: any failure the restart caused would be counted by now.
+  sleep 4
+  same_container_checks "$pod" "$id" "$started" "$sm" "$ganesha" "$fails"
+  check "the pod is still Ready" k8s_ready "$pod"
+  check "the data reads back intact" nfs_same "$ip" "$vol" data "$work/data"
+  check "share-manager logged the restart" bash -c "kubectl logs '$pod' | grep -Eq 'restart|died|hung'"
+}
+
+case_budget() {
+  # One death allowed: the second spends the budget.
+  local vol=k8s-budget pod
+  pod=$(k8s_pod_name "$vol")
+  new_share "$vol" 's|- --stop-timeout=10s|- --stop-timeout=10s\n        - --max-deaths=1|' || {
+    fail "pod turns Ready"
+    return
+  }
+  local g
+  for _ in 1 2; do
+    g=$(k8s_ganesha_pid "$pod") && [[ -n $g ]] && kill -KILL "$g"
+    eventually 20 bash -c "g=\$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_ganesha_pid '$pod'); [[ -n \$g && \$g != $g ]] || [[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_phase '$pod') != Running ]]"
+  done
+  check "the pod ends Failed (restartPolicy Never)" eventually 60 bash -c "[[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_phase '$pod') == Failed ]]"
+  local term
+  term=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated}')
+  check "the container exited with share-manager's code 3 (ganesha's death budget spent)" \
+    [ "$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.exitCode}')" == 3 ]
+  local msg
+  msg=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.message}')
+  echo "termination message: ${msg:0:400}"
+  check "its termination message gives the reason" grep -q "exiting with code 3" <<<"$msg"
+  check "kubectl describe shows it" bash -c "kubectl describe pod '$pod' | grep -q 'exiting with code 3'"
+  [[ -n $term ]] || true
+}
+
+case_frozen() {
+  local vol=k8s-frozen pod sm
+  pod=$(k8s_pod_name "$vol")
+  new_share "$vol" || {
+    fail "pod turns Ready"
+    return
+  }
+  sm=$(k8s_share_manager_pid "$pod")
+  kill -STOP "$sm"
+  # Liveness: every 10 s, 3 failures: about 30 s, then kubelet kills.
+  check "kubelet ends the frozen container" eventually 90 bash -c "[[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_phase '$pod') == Failed ]]"
+  local events
+  events=$(k get events --field-selector "involvedObject.name=$pod" --sort-by=.metadata.creationTimestamp \
+    -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}')
+  echo "$events" | sed 's/^/  event: /'
+  local unhealthy killing
+  unhealthy=$(grep -n '^Unhealthy: Liveness probe failed' <<<"$events" | head -n1 | cut -d: -f1)
+  killing=$(grep -n '^Killing: .*failed liveness probe' <<<"$events" | head -n1 | cut -d: -f1)
+  check "a Liveness probe failed (Unhealthy event)" [ -n "$unhealthy" ]
+  check "kubelet then killed the container for it (Killing event after it)" [ -n "$killing" -a "${killing:-0}" -gt "${unhealthy:-0}" ]
+  check "kubelet counted failed liveness probes" [ "$(k8s_probe_failures "$pod" Liveness)" -ge 3 ]
+  check "no share-manager or ganesha of the pod is left" bash -c "! kill -0 $sm 2>/dev/null"
+}
+
+case_delete() {
+  local vol=k8s-delete pod sm ganesha dev
+  pod=$(k8s_pod_name "$vol")
+  new_share "$vol" || {
+    fail "pod turns Ready"
+    return
+  }
+  sm=$(k8s_share_manager_pid "$pod")
+  ganesha=$(k8s_ganesha_pid "$pod")
+  dev=$(k get pv "$vol" -o 'jsonpath={.spec.local.path}')
+  local t0 ms
+  t0=$(now_ms)
+  # The pod's own exit status is read before it is gone: watch it end.
+  k delete pod "$pod" --wait=false >/dev/null
+  eventually 60 bash -c "! kill -0 $sm 2>/dev/null"
+  ms=$(($(now_ms) - t0))
+  check "share-manager ended within terminationGracePeriodSeconds ($ms ms < 45 s)" [ "$ms" -lt 45000 ]
+  check "ganesha was stopped" bash -c "! kill -0 $ganesha 2>/dev/null"
+  local logs
+  logs=$(cat "$SHAREMGR_K8S_DIR"/pod-logs/default_"$pod"_*/share-manager/0.log 2>/dev/null)
+  check "share-manager logged a clean stop" grep -q '"*stopped' <<<"$logs"
+  check "nothing of the device is mounted on the node" bash -c "! grep -q '^$dev ' /proc/mounts && ! grep -qF '$(basename "$dev")' /proc/self/mountinfo"
+  check "the pod is gone" eventually 30 bash -c "! kubectl get pod '$pod' >/dev/null 2>&1"
+}
+
+case_bad_values() {
+  local out
+  # A placeholder left in the NetworkPolicy: the apiserver refuses it, naming the field.
+  out=$(sed "s|pvc-example|k8s-bad|g" "$k8s_repo/container/k8s/share-manager-networkpolicy.yaml" |
+    k apply --dry-run=server -f - 2>&1)
+  echo "  apiserver: $out"
+  check "a NetworkPolicy with the node-CIDR placeholder left in is refused, naming ipBlock.cidr" \
+    grep -q 'ipBlock.cidr' <<<"$out"
+  # The same placeholder left in the pod's --nfs-clients: share-manager refuses
+  # to start (exit 2) and the termination message names the flag.
+  local vol=k8s-bad-pod pod
+  pod=$(k8s_pod_name "$vol")
+  volumes+=("$vol")
+  k8s_tls_secret
+  k8s_block_volume "$vol" >/dev/null
+  k8s_render share-manager-pod.yaml "$vol" 1 "s|--nfs-clients=$SHAREMGR_K8S_NODE_CIDR|--nfs-clients=REPLACE_WITH_NODE_CIDR|" |
+    k apply -f - >/dev/null
+  check "a pod with the placeholder in --nfs-clients ends Failed" eventually 60 bash -c "[[ \$(source '$k8s_repo/tests/k8s/lib.sh' && k8s_phase '$pod') == Failed ]]"
+  local code msg
+  code=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.exitCode}')
+  msg=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.message}')
+  echo "  termination message: $msg"
+  check "with exit code 2 (bad input; nothing started)" [ "$code" == 2 ]
+  check "its termination message names --nfs-clients" grep -q -- '--nfs-clients' <<<"$msg"
+  k delete pod "$pod" --wait=true --timeout=60s >/dev/null 2>&1
+  # A probe on the wrong port, or on the TLS API port: the manifest check
+  # refuses it before it reaches a cluster, naming the probe. (The check's
+  # validator is installed, and the shipped manifests pass it, first.)
+  local npm=${SHAREMGR_NPM_DIR:-$work/npm}
+  check "the shipped manifests pass the manifest check" \
+    bash "$k8s_repo/tests/container/check_manifests.sh" "$npm" >/dev/null
+  local bad rc
+  for bad in 's|port: 9601|port: 9611|' 's|port: 9601|port: 9600|'; do
+    rm -rf "$work/k8s" && cp -r "$k8s_repo/container/k8s" "$work/k8s"
+    sed -i "$bad" "$work/k8s/share-manager-pod.yaml"
+    out=$(NODE_PATH=$npm/node_modules node "$k8s_repo/tests/container/validate_manifests.js" \
+      --dir "$work/k8s" --node-cidr "$SHAREMGR_K8S_NODE_CIDR" 2>&1)
+    rc=$?
+    grep '^FAIL' <<<"$out" | head -n 3 | sed 's/^/  manifest check: /'
+    check "the manifest check refuses a probe moved by '$bad', naming the probe and port" \
+      bash -c '[[ $0 != 0 ]] && grep -q "^FAIL .*Probe.*port" <<<"$1"' "$rc" "$out"
+  done
+}
+
+case_egress() {
+  local dropped
+  dropped=$(iptables -L "$SHAREMGR_K8S_DROP_CHAIN" -nvx | awk 'NR > 2 {s += $1} END {print s + 0}')
+  check "the cluster's FORWARD drop is in place" iptables -C FORWARD -j "$SHAREMGR_K8S_DROP_CHAIN"
+  check "no packet tried to leave the cluster's range ($dropped dropped)" [ "$dropped" == 0 ]
+  check "no masquerade rule exists" bash -c "! iptables -t nat -S | grep -q MASQUERADE.*$SHAREMGR_K8S_POD_CIDR"
+}
+
+case $case_name in
+  ready) case_ready ;;
+  ganesha-kill) ganesha_fault k8s-kill KILL ;;
+  ganesha-stop) ganesha_fault k8s-stop STOP ;;
+  budget) case_budget ;;
+  frozen) case_frozen ;;
+  delete) case_delete ;;
+  bad-values) case_bad_values ;;
+  egress) case_egress ;;
+  *)
+    echo "unknown case $case_name"
+    exit 2
+    ;;
+esac
+finish
