@@ -27,6 +27,10 @@ packages=(
   libclang-rt-14-dev
   # the container image and its tests (tests/container): no Docker daemon needed
   buildah podman debootstrap
+  # the single-node Kubernetes the k8s tests run on (tests/k8s/cluster.sh):
+  # containerd + runc as the node's runtime, the bridge CNI plugin, iptables
+  # for kube-proxy; Kubernetes itself is built from the Go module proxy
+  containerd runc containernetworking-plugins iptables
   # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
   etcd-server etcd-client
   # --log-format json is checked by a parser not ours: Python's json module (tests/support/json_lines)

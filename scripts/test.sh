@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: first the normal build (unit tests, then
 # integration tests with real ganesha and a real NFS client, then the mutants
-# that must die, then the container image built and run), then a Release build
+# that must die, then the container image built and run, then that image as
+# a pod on a real single-node Kubernetes), then a Release build
 # (build only: -O3 finds warnings the other builds do not), clang's
 # thread-safety analysis (ABSL_GUARDED_BY), then the unit and integration
 # suite again under AddressSanitizer + UBSan, then every fuzz target for a
@@ -21,7 +22,16 @@ echo "== mutants that must die (tests/mutants: each a plausible bug some test mu
 bash tests/mutants/run.sh --no-baseline
 
 echo "== container image and manifests"
-ctest --test-dir build -L container --verbose --output-on-failure
+# One image for this stage and the next, built from a clean checkout of HEAD.
+image=localhost/share-manager:test-$$
+trap 'podman --storage-driver vfs rmi "$image" >/dev/null 2>&1 || true' EXIT
+bash container/build_head.sh "$image"
+SHARE_MANAGER_IMAGE=$image ctest --test-dir build -L container --verbose --output-on-failure
+
+echo "== Kubernetes: the pod on a real node (tests/k8s; one cluster for the stage)"
+# The cluster's binaries are built once per version and cached outside the
+# repository (tests/k8s/build_binaries.sh); the stage itself then takes minutes.
+SHARE_MANAGER_IMAGE=$image ctest --test-dir build -L k8s --output-on-failure
 
 echo "== Release build (-O3, as packagers build; warnings are errors here)"
 BUILD_DIR=build-release BUILD_TYPE=Release bash scripts/build.sh
@@ -40,7 +50,7 @@ BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DSHAREMGR_SANITIZE=
 echo "== all tests under ASan + UBSan"
 # detect_leaks stays on: a leak fails the test.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -LE container -j2 --output-on-failure
+  ctest --test-dir build-asan -LE 'container|k8s' -j2 --output-on-failure
 
 echo "== fuzzing (libFuzzer, ASan + UBSan: every parser of outside bytes, 20 s each from its seeds)"
 bash tests/fuzz/run.sh

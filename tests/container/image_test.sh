@@ -83,13 +83,8 @@ stop_cleanly() { # SIGTERM, as the kubelet sends it
 if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
   echo "== testing the existing image $tag"
 else
-  echo "== build from a clean checkout of HEAD ($(git -C "$repo" rev-parse --short HEAD))"
-  git -C "$repo" diff --quiet HEAD || echo "note: uncommitted changes are not part of this image"
-  mkdir "$work/src"
-  git -C "$repo" archive HEAD | tar -x -C "$work/src"
   build_start=$(now_ms)
-  bash "$work/src/container/build.sh" "$tag" >"$work/build.log" 2>&1 || {
-    tail -n 40 "$work/build.log"
+  bash "$repo/container/build_head.sh" "$tag" || {
     fail "image builds with container/build.sh"
     exit 1
   }

@@ -254,6 +254,7 @@ export SHAREMGR_K8S_NODE=$NODE_NAME
 export SHAREMGR_K8S_NODE_IP=$NODE_IP
 export SHAREMGR_K8S_NODE_CIDR=$NODE_CIDR
 export SHAREMGR_K8S_POD_CIDR=$POD_CIDR
+export SHAREMGR_K8S_NODE_POD_IP=$NODE_POD_IP
 export SHAREMGR_K8S_SERVICE_CIDR=$SERVICE_CIDR
 export SHAREMGR_K8S_CLUSTER_RANGE=$CLUSTER_RANGE
 export SHAREMGR_K8S_CONTAINERD=$CONTAINERD_SOCK
@@ -277,6 +278,7 @@ CLUSTER_RANGE=$net.0.0/16
 NODE_CIDR=$net.1.0/24
 NODE_IP=$net.1.1
 POD_CIDR=$net.2.0/24
+NODE_POD_IP=$net.2.1
 SERVICE_CIDR=$net.3.0/24
 SERVICE_FIRST_IP=$net.3.1
 CONTAINERD_SOCK=$DIR/containerd/containerd.sock
@@ -293,6 +295,13 @@ network_up() {
     [[ -e /proc/sys/${s//.//} ]] && echo "$s=$(sysctl -n "$s")" >>"$DIR/sysctl.saved"
   done
   ls /run/netns 2>/dev/null >"$DIR/netns.before" || : >"$DIR/netns.before"
+  # containerd 1.6 keeps its shims' sockets in /run/containerd/s whatever its
+  # config says, and CNI its namespaces in /run/netns: what did not exist
+  # before goes again.
+  local d
+  for d in /run/netns /run/containerd/s /run/containerd; do
+    [[ -e $d ]] || echo "$d" >>"$DIR/made-dirs"
+  done
   ip link add "$NODE_BRIDGE" type bridge
   ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
@@ -351,6 +360,9 @@ state = "$DIR/containerd/state"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  # These machines lack CAP_SYS_RESOURCE: no process may lower its
+  # oom_score_adj (the sandbox asks for -998), so clamp it to containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -358,6 +370,7 @@ state = "$DIR/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$(command -v runc)"
+        Root = "$DIR/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -481,6 +494,7 @@ up() {
     --service-account-signing-key-file="$DIR/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --kubelet-preferred-address-types=InternalIP \
     --allow-privileged=true --profiling=false --v=1
   started kube-apiserver "$BIN/kube-apiserver"
   wait_for 120 "kube-apiserver /readyz" apiserver_ready
@@ -623,6 +637,14 @@ down() {
   # Loop devices made for the tests' block volumes.
   if [[ -f $DIR/loops ]]; then
     while read -r loop; do losetup -d "$loop" 2>/dev/null; done <"$DIR/loops"
+  fi
+  if [[ -f $DIR/made-dirs ]]; then
+    local made
+    while read -r made; do
+      # Sockets of this cluster's shims only, if another containerd runs.
+      [[ $made == /run/containerd/s ]] && find "$made" -maxdepth 1 -type s -newer "$DIR/net.env" -delete 2>/dev/null
+      rmdir "$made" 2>/dev/null || log "left $made: not empty"
+    done <"$DIR/made-dirs"
   fi
   remove_cgroups
   remove_kube_chains iptables

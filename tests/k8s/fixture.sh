@@ -20,15 +20,7 @@ case ${1:-} in
     if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
       podman --storage-driver vfs tag "$SHARE_MANAGER_IMAGE" "$image_name"
     else
-      src=$(mktemp -d /tmp/sharemgr-k8s-image.XXXXXX)
-      trap 'rm -rf "$src"' EXIT
-      echo "fixture: building the image from a clean checkout of HEAD ($(git -C "$repo" rev-parse --short HEAD))"
-      git -C "$repo" archive HEAD | tar -x -C "$src"
-      bash "$src/container/build.sh" "$image_name" >"$src/build.log" 2>&1 || {
-        tail -n 40 "$src/build.log"
-        echo "fixture: the image did not build"
-        exit 1
-      }
+      bash "$repo/container/build_head.sh" "$image_name"
     fi
     bash "$here/cluster.sh" import-image "$image_name" "$SHAREMGR_K8S_DIR"
     podman --storage-driver vfs rmi "$image_name" >/dev/null 2>&1 || true

@@ -106,16 +106,32 @@ YAML
 
 # k8s_render FILE VOLUME [EPOCH] [SED-EXPRESSION...]: a shipped manifest with its
 # placeholders filled for VOLUME (the example volume's name, the image, the
-# epoch, the nodes' network), then each extra sed expression applied.
+# epoch, the nodes' network), then each extra sed expression applied. The
+# node reaches pods from its address on the pod bridge too (kube-proxy
+# rewrites a ClusterIP's client to it), so --nfs-clients gets that as well.
 k8s_render() {
   local file=$1 vol=$2 epoch=${3:-1}
   shift 3 || shift $#
   local exprs=(-e "s|pvc-example|$vol|g" -e "s|image: share-manager:dev|image: $k8s_image|"
     -e "s|--epoch=1$|--epoch=$epoch|" -e "s|share-manager-$vol\$|share-manager-$vol-e$epoch|"
+    -e "s|^\( *\)- --nfs-clients=REPLACE_WITH_NODE_CIDR$|&\n\1- --nfs-clients=$SHAREMGR_K8S_NODE_POD_IP/32|"
     -e "s|REPLACE_WITH_NODE_CIDR|$SHAREMGR_K8S_NODE_CIDR|g")
+  # A container cannot get a capability the node's own bounding set lacks
+  # (runc: "unable to apply caps"). These machines lack CAP_SYS_RESOURCE
+  # (bit 24), which the pod asks for only to grow ext4 online.
+  if ! node_has_capability 24; then
+    exprs+=(-e '/^ *- SYS_RESOURCE$/d')
+    echo "note: this node's bounding set lacks CAP_SYS_RESOURCE: the pod runs without it (no online ext4 grow)" >&2
+  fi
   local e
   for e in "$@"; do exprs+=(-e "$e"); done
   sed "${exprs[@]}" "$k8s_repo/container/k8s/$file"
+}
+
+node_has_capability() { # BIT: in this machine's capability bounding set
+  local bnd
+  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+  (((0x$bnd >> $1) & 1))
 }
 
 k8s_pod_name() { echo "share-manager-$1-e${2:-1}"; }
@@ -186,8 +202,10 @@ k8s_probe_successes() { # POD TYPE
 }
 
 # Events about POD with REASON (e.g. Unhealthy, Killing), as "reason: message" lines.
-k8s_events() { # POD [REASON]
-  k get events --field-selector "involvedObject.name=$1${2:+,reason=$2}" \
+k8s_events() { # POD [REASON]: of this pod, not of an earlier one of the same name
+  local uid
+  uid=$(k get pod "$1" -o 'jsonpath={.metadata.uid}') || return 1
+  k get events --field-selector "involvedObject.uid=$uid${2:+,reason=$2}" \
     -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}' 2>/dev/null
 }
 
@@ -206,3 +224,5 @@ nfs_same() {
   rm -f "$got"
   return $rc
 }
+# nfs_lists ADDRESS VOLUME FILE: a READDIR of the export shows FILE
+nfs_lists() { timeout 10 nfs-ls "$(nfs_url "$1" "$2" "")" 2>/dev/null | grep -q " $3\$"; }
