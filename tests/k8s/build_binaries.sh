@@ -9,7 +9,7 @@
 # staging module it lists at v0.0.0 to the matching published release.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
+# shellcheck source=tests/k8s/versions.env
 source "$here/versions.env"
 
 cache_root=${SHAREMGR_K8S_CACHE:-/var/cache/share-manager/k8s}

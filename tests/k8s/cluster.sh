@@ -22,7 +22,7 @@
 # counts, anything that would leave the cluster's range; `down` reports it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
+# shellcheck source=tests/k8s/versions.env
 source "$here/versions.env"
 
 cmd=${1:-}
@@ -554,8 +554,8 @@ pids_naming_dir() {
 }
 
 kill_cgroup_tree() { # every process in the kubepods cgroups, in every hierarchy
-  local h round procs
-  for round in 1 2 3 4 5 6 7 8 9 10; do
+  local procs
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     procs=$(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/**/cgroup.procs 2>/dev/null |
       sort -u || true)
     [[ -n $procs ]] || return 0
@@ -605,6 +605,7 @@ down() {
   trap - ERR
   set +e
   [[ -d $DIR ]] || return 0
+  # shellcheck disable=SC1091
   [[ -f $DIR/net.env ]] && source "$DIR/net.env"
   local name dropped
   stop_pid_name kubelet 10
@@ -628,8 +629,10 @@ down() {
   unmount_under "$DIR/"
   # CNI's network namespaces (made by containerd under /run/netns).
   local ns
-  for ns in $(ls /run/netns 2>/dev/null); do
-    if [[ $ns == cni-* ]] && ! grep -qx "$ns" "$DIR/netns.before" 2>/dev/null; then
+  for ns in /run/netns/cni-*; do
+    [[ -e $ns ]] || continue
+    ns=${ns#/run/netns/}
+    if ! grep -qx "$ns" "$DIR/netns.before" 2>/dev/null; then
       umount "/run/netns/$ns" 2>/dev/null || umount -l "/run/netns/$ns" 2>/dev/null
       rm -f "/run/netns/$ns"
     fi

@@ -14,6 +14,7 @@
 #   bad-values   a placeholder left in, a wrong port, a probe on the TLS port: refused, named
 #   egress       nothing left the cluster's range (the FORWARD drop counted nothing)
 set -uo pipefail
+# shellcheck source=tests/k8s/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 case_name=${1:?usage: pod_test.sh CASE}
@@ -307,7 +308,7 @@ case_bad_values() {
     rc=$?
     grep '^FAIL' <<<"$out" | head -n 3 | sed 's/^/  manifest check: /'
     check "the manifest check refuses a probe moved by '$bad', naming the probe and port" \
-      bash -c '[[ $0 != 0 ]] && grep -q "^FAIL .*Probe.*port" <<<"$1"' "$rc" "$out"
+      bash -c "[[ $rc != 0 ]] && grep -q '^FAIL .*Probe.*port' <<<\"\$0\"" "$out"
   done
 }
 
