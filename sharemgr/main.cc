@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string_view>
 
+#include "absl/strings/str_cat.h"
 #include "base/fmt_absl.h"
 #include "base/json_log.h"
 #include "base/tls13_only.h"
@@ -17,13 +18,16 @@
 #include "sharemgr/daemon_config.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/lease_fencer.h"
+#include "sharemgr/termination_message.h"
 
 namespace {
 
 // Text lines (colored on a terminal) or, with --log-format json, one JSON
-// object per line carrying the volume and epoch (base/json_log.h).
+// object per line carrying the volume and epoch (base/json_log.h). What
+// share-manager itself logs at error level also reaches `last_error`.
 void SetUpLogging(const std::string& level, const std::string& format,
-                  const sharemgr::DaemonFlags& flags) {
+                  const sharemgr::DaemonFlags& flags,
+                  const std::shared_ptr<sharemgr::LastErrorSink>& last_error) {
   const bool json = format == "json";
   std::shared_ptr<spdlog::sinks::sink> sink;
   if (json) {
@@ -31,7 +35,8 @@ void SetUpLogging(const std::string& level, const std::string& format,
   } else {
     sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   }
-  auto main_logger = std::make_shared<spdlog::logger>("share-manager", sink);
+  auto main_logger =
+      std::make_shared<spdlog::logger>("share-manager", spdlog::sinks_init_list{sink, last_error});
   auto ganesha_logger = std::make_shared<spdlog::logger>("ganesha", sink);
   for (const auto& logger : {main_logger, ganesha_logger}) {
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%-5l%$ [%n] %v");
@@ -92,8 +97,10 @@ int main(int argc, char** argv) {
   int exit_code = sharemgr::kExitInternal;
   sharemgr::AddClientCommands(app, client_flags, &exit_code);
 
+  // Why the daemon ended, for kubelet (sharemgr/termination_message.h).
+  auto last_error = std::make_shared<sharemgr::LastErrorSink>();
   daemon->callback([&] {
-    SetUpLogging(debug ? "debug" : log_level, log_format, daemon_flags);
+    SetUpLogging(debug ? "debug" : log_level, log_format, daemon_flags, last_error);
     auto config = sharemgr::ResolveDaemonConfig(daemon_flags);
     if (!config.ok()) {
       // A log shipper reads JSON lines only.
@@ -102,10 +109,15 @@ int main(int argc, char** argv) {
       } else {
         std::cerr << "share-manager: " << config.status().message() << "\n";
       }
+      last_error->Record(absl::StrCat("share-manager: ", config.status().message()));
+      sharemgr::WriteTerminationMessage(last_error->last_error());
       exit_code = sharemgr::kExitBadInput;
       return;
     }
     exit_code = sharemgr::RunDaemon(*config);
+    if (exit_code != sharemgr::kExitStopped) {
+      sharemgr::WriteTerminationMessage(last_error->last_error());
+    }
   });
 
   try {
@@ -115,7 +127,9 @@ int main(int argc, char** argv) {
     app.exit(e);
     // The daemon keeps exit code 2 for bad input; client commands keep
     // grpc_health_probe's 1.
-    return daemon->parsed() ? sharemgr::kExitBadInput : sharemgr::kClientBadArgs;
+    if (!daemon->parsed()) return sharemgr::kClientBadArgs;
+    sharemgr::WriteTerminationMessage(absl::StrCat("share-manager: ", e.what()));
+    return sharemgr::kExitBadInput;
   }
   return exit_code;
 }

@@ -191,7 +191,7 @@ case_budget() {
   local msg
   msg=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.message}')
   echo "termination message: ${msg:0:400}"
-  check "its termination message gives the reason" grep -q "exiting with code 3" <<<"$msg"
+  check "its termination message is share-manager's reason, alone" grep -q "^exiting with code 3: .*ganesha" <<<"$msg"
   check "kubectl describe shows it" bash -c "kubectl describe pod '$pod' | grep -q 'exiting with code 3'"
   [[ -n $term ]] || true
 }
@@ -291,7 +291,7 @@ case_bad_values() {
   msg=$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.message}')
   echo "  termination message: $msg"
   check "with exit code 2 (bad input; nothing started)" [ "$code" == 2 ]
-  check "its termination message names --nfs-clients" grep -q -- '--nfs-clients' <<<"$msg"
+  check "its termination message names --nfs-clients" grep -q -- "^share-manager: --nfs-clients 'REPLACE_WITH_NODE_CIDR'" <<<"$msg"
   k delete pod "$pod" --wait=true --timeout=60s >/dev/null 2>&1
   # A probe on the wrong port, or on the TLS API port: the manifest check
   # refuses it before it reaches a cluster, naming the probe. (The check's

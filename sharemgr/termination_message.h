@@ -1,0 +1,41 @@
+// kubelet's termination message: what `kubectl describe pod` and the pod's
+// status show for a container that ended. share-manager's is the last error
+// it logged (e.g. "exiting with code 3: ganesha died 6 times within 10m"),
+// written to the file kubelet mounts at terminationMessagePath's default
+// when it exits non-zero. Without the file (outside Kubernetes) nothing is
+// written; with terminationMessagePolicy FallbackToLogsOnError a pod whose
+// path was moved still gets the log's tail.
+#pragma once
+
+#include <spdlog/sinks/base_sink.h>
+
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace sharemgr {
+
+inline constexpr std::string_view kTerminationLogPath = "/dev/termination-log";
+
+// Remembers the last message logged at error level or above through the
+// loggers it is added to (share-manager's own, not ganesha's forwarded lines).
+class LastErrorSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string last_error();
+  // What did not go through a logger (flag errors printed to stderr).
+  void Record(std::string_view message);
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override;
+  void flush_() override {}
+
+ private:
+  std::string last_;  // guarded by base_sink's mutex_
+};
+
+// Replaces the file's content with `message` (at most kubelet's 4096 bytes),
+// only when the file exists. Errors are ignored: the process is exiting, and
+// its log already says the same.
+void WriteTerminationMessage(std::string_view message, std::string_view path = kTerminationLogPath);
+
+}  // namespace sharemgr
