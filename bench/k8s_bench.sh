@@ -38,13 +38,13 @@ stats() {
 cluster_up() {
   bash "$repo/tests/k8s/cluster.sh" down "$SHAREMGR_K8S_DIR"
   bash "$repo/tests/k8s/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null || exit 1
-  if ! podman --storage-driver vfs image exists "$bench_image"; then
-    bash "$repo/container/build_head.sh" "$bench_image" || exit 1
-  fi
+  # Always HEAD's image: one left from an older run would time old code.
+  podman --storage-driver vfs rmi "$bench_image" >/dev/null 2>&1
+  bash "$repo/container/build_head.sh" "$bench_image" || exit 1
   bash "$repo/tests/k8s/cluster.sh" import-image "$bench_image" "$SHAREMGR_K8S_DIR" >/dev/null
 }
 cluster_down() { bash "$repo/tests/k8s/cluster.sh" down "$SHAREMGR_K8S_DIR"; }
-trap cluster_down EXIT
+trap 'cluster_down; podman --storage-driver vfs rmi "$bench_image" >/dev/null 2>&1' EXIT
 
 cluster_up
 export SHARE_MANAGER_K8S_IMAGE=$bench_image
@@ -60,7 +60,7 @@ share() {
   k8s_share "$vol" 1 "$@" 2>/dev/null
   k8s_wait_ready "$(k8s_pod_name "$vol")" 120 || {
     echo "k8s_bench: $(k8s_pod_name "$vol") never turned Ready" >&2
-    exit 1
+    return 1
   }
   k8s_pod_name "$vol"
 }
@@ -85,7 +85,7 @@ bench_ready() {
 bench_kill() {
   local pod ip g i ms samples=()
   # The budget raised for the benchmark only: RUNS deaths in a row.
-  pod=$(share bench-kill 's|- --stop-timeout=10s|- --stop-timeout=10s\n        - --max-deaths=1000|')
+  pod=$(share bench-kill 's|- --stop-timeout=10s|- --stop-timeout=10s\n        - --max-deaths=1000|') || return
   ip=$(k8s_pod_ip "$pod")
   for ((i = 1; i <= runs; i++)); do
     g=$(k8s_ganesha_pid "$pod")
@@ -105,7 +105,7 @@ bench_frozen() {
   local i vol pod sm uid t0 first acted ev probes=() kills=()
   for ((i = 1; i <= runs; i++)); do
     vol=bench-frozen-$i
-    pod=$(share "$vol")
+    pod=$(share "$vol") || return
     sm=$(k8s_share_manager_pid "$pod")
     uid=$(k get pod "$pod" -o 'jsonpath={.metadata.uid}')
     t0=$(now_ms)
@@ -141,7 +141,7 @@ pss() { awk '/^Pss:/ {printf "%.1f", $2 / 1024}' "/proc/$1/smaps_rollup"; }
 
 bench_memory() {
   local pod sm g
-  pod=$(share bench-memory)
+  pod=$(share bench-memory) || return
   sm=$(k8s_share_manager_pid "$pod")
   g=$(k8s_ganesha_pid "$pod")
   sleep 30 # kubelet's stats are gathered every few seconds: let them settle

@@ -20,7 +20,7 @@
 # and a /24 is the services' (routed onto the node's bridge, where nothing
 # answers unless kube-proxy rewrote the packet). A FORWARD rule drops, and
 # counts, anything that would leave the cluster's range; `down` reports it.
-set -euo pipefail
+set -Eeuo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/k8s/versions.env
 source "$here/versions.env"
@@ -35,7 +35,16 @@ die() {
 log() { echo "cluster.sh: $*" >&2; }
 now_ms() { date +%s%3N; }
 
-state_dir_arg() { echo "${1:-${SHAREMGR_K8S_DIR:-/run/sharemgr-k8s}}"; }
+# The state directory: absolute, normalized, and a directory of its own under
+# /run, /tmp or /var/tmp (down removes it whole).
+state_dir_arg() {
+  local d
+  d=$(realpath -m "${1:-${SHAREMGR_K8S_DIR:-/run/sharemgr-k8s}}")
+  [[ $d =~ ^/(run|tmp|var/tmp)/[A-Za-z0-9._-]+$ ]] ||
+    die "state directory '$d' must be one name under /run, /tmp or /var/tmp (e.g. /run/sharemgr-k8s)"
+  echo "$d"
+}
+MARKER=.sharemgr-k8s-cluster
 
 NODE_NAME=sharemgr-node
 # Non-standard ports, all bound to loopback or to the node's own address.
@@ -248,6 +257,7 @@ import_image() {
 write_env() {
   cat >"$DIR/env" <<ENV
 export KUBECONFIG=$DIR/admin.kubeconfig
+export KUBECACHEDIR=$DIR/kube-cache
 export SHAREMGR_K8S_DIR=$DIR
 export SHAREMGR_K8S_BIN=$BIN
 export SHAREMGR_K8S_NODE=$NODE_NAME
@@ -288,34 +298,60 @@ NET
   load_layout
 }
 
+# Paths that kubelet, containerd and CNI make whatever their configuration
+# says; those that did not exist before `up` go with the cluster.
+HARD_CODED_PATHS=(/run/netns /run/containerd/s /run/containerd /var/lib/kubelet /var/lib/cni /var/log/containers)
+
 network_up() {
-  local s
+  local s p
   : >"$DIR/sysctl.saved"
   for s in "${SYSCTLS[@]}"; do
     [[ -e /proc/sys/${s//.//} ]] && echo "$s=$(sysctl -n "$s")" >>"$DIR/sysctl.saved"
   done
   ls /run/netns 2>/dev/null >"$DIR/netns.before" || : >"$DIR/netns.before"
-  # containerd 1.6 keeps its shims' sockets in /run/containerd/s whatever its
-  # config says, and CNI its namespaces in /run/netns: what did not exist
-  # before goes again.
-  local d
-  for d in /run/netns /run/containerd/s /run/containerd; do
-    [[ -e $d ]] || echo "$d" >>"$DIR/made-dirs"
+  nft list tables 2>/dev/null | sed 's/^table //' >"$DIR/nft-tables.before" || : >"$DIR/nft-tables.before"
+  for p in "${HARD_CODED_PATHS[@]}"; do
+    [[ -e $p ]] || echo "$p" >>"$DIR/made-paths"
   done
-  ip link add "$NODE_BRIDGE" type bridge
+  # Each thing is written down as it is made: down removes what this
+  # cluster made, nothing of another's.
+  ip link add "$NODE_BRIDGE" type bridge && echo "link $NODE_BRIDGE" >>"$DIR/created"
   ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
-  ip route add blackhole "$CLUSTER_RANGE"
+  ip route add blackhole "$CLUSTER_RANGE" && echo "route blackhole $CLUSTER_RANGE" >>"$DIR/created"
   # Host-made packets to a ClusterIP need a route before kube-proxy's DNAT
   # (a blackhole would fail the connect): the node's own bridge, where no
   # other host is.
-  ip route add "$SERVICE_CIDR" dev "$NODE_BRIDGE"
-  iptables -N "$DROP_CHAIN"
-  iptables -A "$DROP_CHAIN" -s "$CLUSTER_RANGE" ! -d "$CLUSTER_RANGE" -j DROP
-  iptables -A "$DROP_CHAIN" -d "$CLUSTER_RANGE" ! -s "$CLUSTER_RANGE" -j DROP
-  iptables -I FORWARD 1 -j "$DROP_CHAIN"
+  ip route add "$SERVICE_CIDR" dev "$NODE_BRIDGE" && echo "route $SERVICE_CIDR dev $NODE_BRIDGE" >>"$DIR/created"
+  echo "link $CNI_BRIDGE" >>"$DIR/created" # made by the bridge plugin with the first pod
+  # The guard, counted: what enters or leaves the cluster's range through
+  # anything but its own bridges (and their pods' veths) or loopback is
+  # dropped. In FORWARD, as kube-proxy's rules see it, and in mangle
+  # POSTROUTING, which every forwarded and locally made packet crosses
+  # whatever kube-proxy accepted before.
+  local table
+  for table in filter mangle; do
+    iptables -t "$table" -N "$DROP_CHAIN" && echo "chain $table $DROP_CHAIN" >>"$DIR/created"
+    iptables -t "$table" -A "$DROP_CHAIN" -o lo -j RETURN
+    iptables -t "$table" -A "$DROP_CHAIN" -o "smk8s+" -j RETURN
+    iptables -t "$table" -A "$DROP_CHAIN" -o "veth+" -j RETURN
+    iptables -t "$table" -A "$DROP_CHAIN" -s "$CLUSTER_RANGE" -j DROP
+    iptables -t "$table" -A "$DROP_CHAIN" -d "$CLUSTER_RANGE" -j DROP
+  done
+  iptables -t filter -I FORWARD 1 -j "$DROP_CHAIN"
+  iptables -t mangle -I POSTROUTING 1 -j "$DROP_CHAIN"
   # Kubernetes' bridge traffic goes through iptables (kube-proxy relies on it).
   sysctl -qw net.bridge.bridge-nf-call-iptables=1
+}
+
+# Packets the guard dropped so far, in both tables.
+dropped_packets() {
+  local table n=0 c
+  for table in filter mangle; do
+    c=$(iptables -t "$table" -L "$DROP_CHAIN" -nvx 2>/dev/null | awk '$3 == "DROP" {s += $1} END {print s + 0}')
+    n=$((n + c))
+  done
+  echo "$n"
 }
 
 write_configs() {
@@ -447,17 +483,39 @@ apiserver_ready() {
 }
 
 node_ready() {
-  [[ $("$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" get node "$NODE_NAME" \
+  [[ $("$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" --cache-dir "$DIR/kube-cache" get node "$NODE_NAME" \
     -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+# Any step of up that fails: what each component said last, then everything
+# taken down again, and a failure.
+up_failed() {
+  trap - ERR
+  log "up failed at line ${BASH_LINENO[0]}; the components' last words:"
+  local f
+  for f in "$DIR"/log/*.log; do
+    [[ -s $f ]] || continue
+    echo "---- $(basename "$f")" >&2
+    tail -n 15 "$f" >&2
+  done
+  down || true
+  exit 1
 }
 
 up() {
   [[ $(id -u) == 0 ]] || die "must run as root (kubelet, containerd, mounts, bridges)"
   local t0
   t0=$(now_ms)
-  if [[ -f $DIR/net.env ]]; then
-    die "a cluster already lives in $DIR (run: $0 down $DIR)"
+  if [[ -e $DIR ]]; then
+    die "$DIR exists: a cluster lives there, or an earlier one was not taken down (run: $0 down $DIR)"
   fi
+  # One test cluster per machine: the bridges, the guard and kubelet's fixed
+  # paths have one name each.
+  local other
+  for other in "$NODE_BRIDGE" "$CNI_BRIDGE"; do
+    ! ip link show "$other" >/dev/null 2>&1 ||
+      die "another test cluster is up ($other exists; its directory: $(cat /run/sharemgr-k8s.owner 2>/dev/null || echo unknown)); take it down first"
+  done
   local need=() tool
   for tool in containerd runc ctr iptables buildah podman openssl curl cc losetup; do
     command -v "$tool" >/dev/null || need+=("$tool")
@@ -466,8 +524,10 @@ up() {
   ((${#need[@]} == 0)) || die "missing ${need[*]} (scripts/setup.sh installs them)"
   BIN=$(bash "$here/build_binaries.sh" | tail -n 1) || die "building the cluster's binaries failed (see above)"
   mkdir -p "$DIR/log" "$DIR/pids"
+  touch "$DIR/$MARKER"
+  echo "$DIR" >/run/sharemgr-k8s.owner
+  trap up_failed ERR
   layout
-  trap 'log "up failed; taking the cluster down again (logs kept in $DIR.failed-logs)"; rm -rf "$DIR.failed-logs"; cp -r "$DIR/log" "$DIR.failed-logs" 2>/dev/null || true; down' ERR
   network_up
   pki
   write_configs
@@ -480,7 +540,10 @@ up() {
     --initial-cluster "sharemgr=http://127.0.0.1:$ETCD_PEER_PORT" \
     --listen-metrics-urls "" --log-level warn
   started etcd "$BIN/etcd"
-  start containerd containerd --config "$DIR/containerd/config.toml"
+  # containerd 1.6 tries a registry's own host after its mirrors: a proxy
+  # that is nowhere keeps even that on this machine.
+  start containerd env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY= \
+    containerd --config "$DIR/containerd/config.toml"
   started containerd "$(command -v containerd)"
   start kube-apiserver "$BIN/kube-apiserver" \
     --advertise-address="$NODE_IP" --bind-address="$NODE_IP" --secure-port="$API_PORT" \
@@ -526,7 +589,7 @@ up() {
   started kubelet "$BIN/kubelet"
   wait_for 120 "node $NODE_NAME Ready" node_ready
   # Pods need their namespace's default ServiceAccount and root CA.
-  wait_for 60 "the default ServiceAccount" "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" \
+  wait_for 60 "the default ServiceAccount" "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" --cache-dir "$DIR/kube-cache" \
     -n default get serviceaccount default
   trap - ERR
   write_env
@@ -541,14 +604,19 @@ up() {
 pids_naming_dir() {
   local p pid ancestors=" " a=$$
   # Never this script or whatever runs it (a test's command line may name the directory).
-  while [[ $a -gt 1 ]]; do
+  while [[ -n $a && $a -gt 1 ]]; do
     ancestors+="$a "
-    a=$(awk '{print $4}' "/proc/$a/stat" 2>/dev/null) || break
+    a=$(awk '/^PPid:/ {print $2}' "/proc/$a/status" 2>/dev/null)
   done
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     [[ $ancestors == *" $pid "* ]] && continue
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$DIR/" && echo "$pid"
+    # Its command line names the directory (the shims), or it runs against
+    # this cluster (a test's kubectl left behind).
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$DIR/" ||
+      tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF -- "KUBECONFIG=$DIR/admin.kubeconfig"; then
+      echo "$pid"
+    fi
   done
   return 0
 }
@@ -556,8 +624,7 @@ pids_naming_dir() {
 kill_cgroup_tree() { # every process in the kubepods cgroups, in every hierarchy
   local procs
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    procs=$(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/**/cgroup.procs 2>/dev/null |
-      sort -u || true)
+    procs=$(find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u || true)
     [[ -n $procs ]] || return 0
     # shellcheck disable=SC2086
     kill -KILL $procs 2>/dev/null || true
@@ -582,16 +649,19 @@ unmount_under() { # everything mounted below a path, deepest first
   done < <(awk -v d="$1" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
 }
 
-# Deletes every rule in the built-in chains that jumps to a KUBE-* chain, then
-# every KUBE-* chain: what kube-proxy and kubelet leave in iptables.
+# Deletes every rule in the built-in chains that jumps to a KUBE-* chain
+# (by its number, highest first: nothing of a rule's text is run), then every
+# KUBE-* chain: what kube-proxy and kubelet leave in iptables.
 remove_kube_chains() {
-  local ipt=$1 table rule chain
+  local ipt=$1 table chain num
   for table in filter nat mangle; do
     "$ipt" -t "$table" -S >/dev/null 2>&1 || continue
-    while read -r rule; do
-      # shellcheck disable=SC2086
-      eval "$ipt -t $table ${rule/-A /-D }" 2>/dev/null || true
-    done < <("$ipt" -t "$table" -S | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-')
+    for chain in INPUT OUTPUT FORWARD PREROUTING POSTROUTING; do
+      "$ipt" -t "$table" -S "$chain" >/dev/null 2>&1 || continue
+      for num in $("$ipt" -t "$table" -L "$chain" -n --line-numbers | awk 'NR > 2 && $2 ~ /^KUBE-/ {print $1}' | sort -rn); do
+        "$ipt" -t "$table" -D "$chain" "$num" 2>/dev/null || true
+      done
+    done
     for chain in $("$ipt" -t "$table" -S | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
     done
@@ -601,16 +671,32 @@ remove_kube_chains() {
   done
 }
 
+# The nftables tables that iptables-nft made for the cluster and that hold no
+# rule any more (kube-proxy's ip6tables and mangle calls create them).
+remove_empty_new_nft_tables() {
+  command -v nft >/dev/null || return 0
+  local t
+  while read -r t; do
+    [[ -n $t ]] || continue
+    grep -qxF "$t" "$DIR/nft-tables.before" 2>/dev/null && continue
+    # shellcheck disable=SC2086
+    nft list table $t 2>/dev/null | grep -vE '^\s*(table|chain|type|\}|$)' | grep -q . && continue
+    # shellcheck disable=SC2086
+    nft delete table $t 2>/dev/null || true
+  done < <(nft list tables 2>/dev/null | sed 's/^table //')
+}
+
 down() {
   trap - ERR
   set +e
-  [[ -d $DIR ]] || return 0
+  [[ -e $DIR ]] || return 0
+  [[ -f $DIR/$MARKER ]] || die "$DIR is not a test cluster's directory (no $MARKER): left alone"
   # shellcheck disable=SC1091
   [[ -f $DIR/net.env ]] && source "$DIR/net.env"
-  local name dropped
+  local name
   stop_pid_name kubelet 10
   kill_cgroup_tree
-  # The shims and whatever else was started from this directory.
+  # The shims, and whatever else runs from this directory or against it.
   # shellcheck disable=SC2046
   kill -KILL $(pids_naming_dir) 2>/dev/null
   for name in kube-proxy kube-scheduler kube-controller-manager containerd kube-apiserver etcd; do
@@ -641,34 +727,91 @@ down() {
   if [[ -f $DIR/loops ]]; then
     while read -r loop; do losetup -d "$loop" 2>/dev/null; done <"$DIR/loops"
   fi
-  if [[ -f $DIR/made-dirs ]]; then
-    local made
-    while read -r made; do
-      # Sockets of this cluster's shims only, if another containerd runs.
-      [[ $made == /run/containerd/s ]] && find "$made" -maxdepth 1 -type s -newer "$DIR/net.env" -delete 2>/dev/null
-      rmdir "$made" 2>/dev/null || log "left $made: not empty"
-    done <"$DIR/made-dirs"
-  fi
   remove_cgroups
   remove_kube_chains iptables
   remove_kube_chains ip6tables
-  if iptables -S "$DROP_CHAIN" >/dev/null 2>&1; then
-    dropped=$(iptables -L "$DROP_CHAIN" -nvx | awk 'NR > 2 {s += $1} END {print s + 0}')
-    ((dropped == 0)) || log "WARNING: $dropped packets tried to leave the cluster's range and were dropped"
-    iptables -D FORWARD -j "$DROP_CHAIN" 2>/dev/null
-    iptables -F "$DROP_CHAIN"
-    iptables -X "$DROP_CHAIN"
+  local dropped=0
+  iptables -t filter -S "$DROP_CHAIN" >/dev/null 2>&1 && dropped=$(dropped_packets)
+  # What up made, in reverse.
+  local kind a b c
+  if [[ -f $DIR/created ]]; then
+    while read -r kind a b c; do
+      case $kind in
+        link) ip link del "$a" 2>/dev/null ;;
+        route) ip route del "$a" ${b:+"$b"} ${c:+"$c"} 2>/dev/null ;;
+        chain)
+          iptables -t "$a" -D FORWARD -j "$b" 2>/dev/null
+          iptables -t "$a" -D POSTROUTING -j "$b" 2>/dev/null
+          iptables -t "$a" -F "$b" 2>/dev/null
+          iptables -t "$a" -X "$b" 2>/dev/null
+          ;;
+      esac
+    done < <(tac "$DIR/created")
   fi
-  [[ -z ${CLUSTER_RANGE:-} ]] || ip route del blackhole "$CLUSTER_RANGE" 2>/dev/null
-  [[ -z ${SERVICE_CIDR:-} ]] || ip route del "$SERVICE_CIDR" 2>/dev/null
-  ip link del "$CNI_BRIDGE" 2>/dev/null
-  ip link del "$NODE_BRIDGE" 2>/dev/null
+  remove_empty_new_nft_tables
+  if [[ -f $DIR/made-paths ]]; then
+    local made
+    while read -r made; do
+      case $made in
+        # Sockets of this cluster's shims only, should another containerd run.
+        /run/containerd/s) find "$made" -maxdepth 1 -type s -newer "$DIR/$MARKER" -delete 2>/dev/null ;&
+        /run/containerd | /run/netns) rmdir "$made" 2>/dev/null || log "left $made: not empty" ;;
+        *) rm -rf --one-file-system "$made" ;;
+      esac
+    done <"$DIR/made-paths"
+  fi
   if [[ -f $DIR/sysctl.saved ]]; then
     local kv
     while read -r kv; do sysctl -qw "$kv" 2>/dev/null || log "could not restore $kv"; done <"$DIR/sysctl.saved"
   fi
-  rm -rf "$DIR"
+  local left
+  left=$(leftovers)
+  [[ $(cat /run/sharemgr-k8s.owner 2>/dev/null) != "$DIR" ]] || rm -f /run/sharemgr-k8s.owner
+  rm -rf --one-file-system "$DIR"
+  if ((dropped > 0)); then
+    log "FAIL: $dropped packets tried to enter or leave the cluster's range another way than its own bridges, and were dropped"
+  fi
+  if [[ -n $left ]]; then
+    log "FAIL: left behind:"
+    printf '  %s\n' "${left//$'\n'/$'\n'  }" >&2
+  fi
+  [[ $dropped == 0 && -z $left ]] || return 1
   log "down: nothing of the cluster left"
+}
+
+# Whatever of this cluster is still here, one line each (nothing: all gone).
+leftovers() {
+  local p
+  for p in $(pids_naming_dir); do echo "process $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"; done
+  awk -v d="$DIR/" 'index($5, d) == 1 {print "mount " $5}' /proc/self/mountinfo
+  losetup -a 2>/dev/null | grep -F "$DIR/" | sed 's/^/loop device /'
+  find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -name kubepods -type d -printf 'cgroup %p\n' 2>/dev/null
+  local ns
+  for ns in /run/netns/cni-*; do
+    [[ -e $ns ]] && ! grep -qx "${ns#/run/netns/}" "$DIR/netns.before" 2>/dev/null && echo "network namespace $ns"
+  done
+  local kind a b c
+  if [[ -f $DIR/created ]]; then
+    while read -r kind a b c; do
+      case $kind in
+        link) ip link show "$a" >/dev/null 2>&1 && echo "link $a" ;;
+        route)
+          local prefix=$a
+          [[ $a == blackhole ]] && prefix=$b
+          ip route show table all exact "$prefix" 2>/dev/null | grep -q . && echo "route $a $b $c"
+          ;;
+        chain) iptables -t "$a" -S "$b" >/dev/null 2>&1 && echo "iptables chain $a $b" ;;
+      esac
+    done <"$DIR/created"
+  fi
+  local ipt
+  for ipt in iptables ip6tables; do
+    "$ipt"-save 2>/dev/null | grep -q '^:KUBE-' && echo "$ipt KUBE-* chains"
+  done
+  if [[ -f $DIR/made-paths ]]; then
+    local made
+    while read -r made; do [[ -e $made ]] && echo "path $made"; done <"$DIR/made-paths"
+  fi
   return 0
 }
 

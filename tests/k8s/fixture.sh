@@ -10,20 +10,24 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-export SHAREMGR_K8S_DIR=${SHAREMGR_K8S_DIR:-/run/sharemgr-k8s-ctest}
+# Its own directory, never an inherited one: a user's cluster, whose env they
+# sourced, is not the fixture's to take down.
+export SHAREMGR_K8S_DIR=/run/sharemgr-k8s-ctest
 image_name=localhost/share-manager:k8s-test
 
 case ${1:-} in
   up)
-    bash "$here/cluster.sh" down "$SHAREMGR_K8S_DIR"
+    # What an interrupted run left (a ctest timeout kills without cleanup).
+    bash "$here/cluster.sh" down "$SHAREMGR_K8S_DIR" || true
     bash "$here/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null
+    # The tag (or the image built here) goes whatever happens next.
+    trap 'podman --storage-driver vfs rmi "$image_name" >/dev/null 2>&1 || true' EXIT
     if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
       podman --storage-driver vfs tag "$SHARE_MANAGER_IMAGE" "$image_name"
     else
       bash "$repo/container/build_head.sh" "$image_name"
     fi
     bash "$here/cluster.sh" import-image "$image_name" "$SHAREMGR_K8S_DIR"
-    podman --storage-driver vfs rmi "$image_name" >/dev/null 2>&1 || true
     echo "fixture: cluster up in $SHAREMGR_K8S_DIR with $image_name"
     ;;
   down)

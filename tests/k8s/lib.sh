@@ -112,7 +112,9 @@ YAML
 k8s_render() {
   local file=$1 vol=$2 epoch=${3:-1}
   shift 3 || shift $#
-  local exprs=(-e "s|pvc-example|$vol|g" -e "s|image: share-manager:dev|image: $k8s_image|"
+  # imagePullPolicy Never: an image that was not imported fails at once.
+  local exprs=(-e "s|pvc-example|$vol|g"
+    -e "s|^\( *\)image: share-manager:dev$|\1image: $k8s_image\n\1imagePullPolicy: Never|"
     -e "s|--epoch=1$|--epoch=$epoch|" -e "s|share-manager-$vol\$|share-manager-$vol-e$epoch|"
     -e "s|^\( *\)- --nfs-clients=REPLACE_WITH_NODE_CIDR$|&\n\1- --nfs-clients=$SHAREMGR_K8S_NODE_POD_IP/32|"
     -e "s|REPLACE_WITH_NODE_CIDR|$SHAREMGR_K8S_NODE_CIDR|g")
@@ -189,17 +191,22 @@ k8s_ganesha_pid() {
 # kubelet's own endpoints, through the apiserver's node proxy.
 k8s_kubelet_get() { k get --raw "/api/v1/nodes/$SHAREMGR_K8S_NODE/proxy/$1"; }
 
-# How many of POD's probes of TYPE kubelet counted as failed (prober_probe_total).
-k8s_probe_failures() { # POD TYPE
-  k8s_kubelet_get metrics/probes | awk -v pod="$1" -v type="$2" '
+# How many of POD's probes of TYPE ended with RESULT (successful, failed) by
+# kubelet's count (prober_probe_total). Fails, rather than say 0, when kubelet
+# cannot be read.
+k8s_probe_count() { # POD TYPE RESULT
+  local metrics try
+  for try in 1 2 3; do
+    metrics=$(k8s_kubelet_get metrics/probes) && break
+    [[ $try == 3 ]] && return 1
+    sleep 1
+  done
+  awk -v pod="$1" -v type="$2" -v result="$3" '
     $1 ~ /^prober_probe_total\{/ && index($1, "pod=\"" pod "\"") && index($1, "probe_type=\"" type "\"") &&
-      index($1, "result=\"failed\"") {s += $2} END {print s + 0}'
+      index($1, "result=\"" result "\"") {s += $2} END {print s + 0}' <<<"$metrics"
 }
-k8s_probe_successes() { # POD TYPE
-  k8s_kubelet_get metrics/probes | awk -v pod="$1" -v type="$2" '
-    $1 ~ /^prober_probe_total\{/ && index($1, "pod=\"" pod "\"") && index($1, "probe_type=\"" type "\"") &&
-      index($1, "result=\"successful\"") {s += $2} END {print s + 0}'
-}
+k8s_probe_failures() { k8s_probe_count "$1" "$2" failed; }
+k8s_probe_successes() { k8s_probe_count "$1" "$2" successful; }
 
 # Events about POD with REASON (e.g. Unhealthy, Killing), as "reason: message" lines.
 k8s_events() { # POD [REASON]: of this pod, not of an earlier one of the same name
