@@ -46,7 +46,8 @@ TEST_CASE("the message replaces what the file held, and only in a file that exis
   CHECK_FALSE(std::filesystem::exists(missing));
 }
 
-TEST_CASE("a message longer than kubelet reads is cut at 4096 bytes, and an empty one writes nothing") {
+TEST_CASE(
+    "a message longer than kubelet reads is cut at 4096 bytes, and an empty one writes nothing") {
   testing_support::TempDir dir;
   const std::string file = dir.path() + "/termination-log";
   std::ofstream(file) << "kept";
