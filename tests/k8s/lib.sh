@@ -158,6 +158,7 @@ k8s_delete_share() { # k8s_delete_share VOLUME: its pods, Service, claim and vol
   local vol=$1
   k delete pod -l "share-manager/volume=$vol" --wait=true --timeout=60s >/dev/null 2>&1
   k delete service "$vol" --ignore-not-found >/dev/null 2>&1
+  k delete networkpolicy "share-manager-$vol-e1" --ignore-not-found >/dev/null 2>&1
   k delete pvc "$vol" --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1
   k delete pv "$vol" --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1
 }

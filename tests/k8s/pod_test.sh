@@ -98,6 +98,16 @@ case_ready() {
     return
   }
   pass "pod $pod Ready"
+  # Every shipped object, filled in for this share, is accepted by the real
+  # apiserver (server-side dry run), then applied: the pod and its Service
+  # are, and so is the NetworkPolicy beside them.
+  local file out rc
+  for file in "$k8s_repo"/container/k8s/*.yaml; do
+    out=$(k8s_render "$(basename "$file")" "$vol" 1 2>/dev/null | k apply --dry-run=server -f - 2>&1)
+    rc=$?
+    check "the apiserver accepts $(basename "$file") as filled in ($out)" [ "$rc" == 0 ]
+  done
+  check "the NetworkPolicy applies" bash -c "source '$k8s_repo/tests/k8s/lib.sh' && k8s_render share-manager-networkpolicy.yaml '$vol' 1 2>/dev/null | k apply -f - >/dev/null"
   check "kubelet's startup probe succeeded" successes_above "$pod" Startup 0
   check "kubelet's liveness probe succeeded" eventually 30 successes_above "$pod" Liveness 0
   check "kubelet's readiness probe succeeded" successes_above "$pod" Readiness 0
