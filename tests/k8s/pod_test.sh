@@ -197,10 +197,14 @@ ganesha_fault() { # ganesha_fault VOLUME SIGNAL
   check "no Unhealthy event for liveness or startup" \
     bash -c '! grep -Eq "^Unhealthy: (Liveness|Startup)" <<<"$0"' "$(k8s_events "$pod" Unhealthy)"
   check "the data is intact on the volume" volume_same "$pod" data "$work/data"
-  # (Its pids are those of the container's pid namespace, not the node's.)
-  # shellcheck disable=SC2016 # expanded by the inner shell
-  check "share-manager logged ganesha's end and a second start" \
-    bash -c 'grep -Eq "\] ganesha pid [0-9]+ (killed by|exited)" <<<"$0" && (($(grep -c "\] started ganesha pid" <<<"$0") >= 2))' "$(k logs "$pod")"
+  # What share-manager says of the death (its pids are those of the
+  # container's pid namespace, not the node's), then a second ganesha.
+  local death="ganesha pid [0-9]+ killed by signal 9"
+  [[ $sig == STOP ]] && death="killing ganesha pid [0-9]+: hung: 3 NFS NULL probes missed"
+  local logs
+  logs=$(k logs "$pod")
+  check "share-manager logged the death ('$death')" grep -Eq "$death" <<<"$logs"
+  check "and started a second ganesha" [ "$(grep -c '\] started ganesha pid' <<<"$logs")" -ge 2 ]
 }
 
 case_budget() {
