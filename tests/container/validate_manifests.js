@@ -356,6 +356,17 @@ for (const pod of pods) {
       if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`is ${JSON.stringify(got)}`);
     });
   }
+  // Nothing of the API the pod does not use (no token unless a serving lease
+  // on Kubernetes needs one), and the runtime's default syscall filter:
+  // proven on a real node to let ganesha (open_by_handle_at) and
+  // share-manager (mount, pidfd_open) work (tests/k8s, "ready").
+  check(`Pod ${pod.metadata.name}: no service-account token, seccomp RuntimeDefault`, () => {
+    if (pod.spec.automountServiceAccountToken !== false) throw new Error("automountServiceAccountToken is not false");
+    const profile = (pod.spec.securityContext && pod.spec.securityContext.seccompProfile) || {};
+    const own = (c.securityContext && c.securityContext.seccompProfile) || {};
+    if (profile.type !== "RuntimeDefault") throw new Error(`pod seccompProfile ${JSON.stringify(profile)}`);
+    if (own.type && own.type !== "RuntimeDefault") throw new Error(`container seccompProfile ${JSON.stringify(own)}`);
+  });
   check(`Pod ${pod.metadata.name}: restartPolicy Never, terminationGracePeriodSeconds 45 (README)`, () => {
     if (pod.spec.restartPolicy !== "Never") throw new Error(`restartPolicy ${pod.spec.restartPolicy}`);
     if (pod.spec.terminationGracePeriodSeconds !== 45) {

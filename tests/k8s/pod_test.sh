@@ -113,6 +113,12 @@ case_ready() {
   check "kubelet's readiness probe succeeded" successes_above "$pod" Readiness 0
   check "the pod's container has its block device mapped at /dev/longhorn/$vol" \
     k exec "$pod" -- test -b "/dev/longhorn/$vol"
+  local sm g
+  sm=$(k8s_share_manager_pid "$pod")
+  g=$(k8s_ganesha_pid "$pod")
+  check "share-manager runs under the runtime's default seccomp filter" grep -q '^Seccomp:[[:space:]]*2$' "/proc/$sm/status"
+  check "so does ganesha" grep -q '^Seccomp:[[:space:]]*2$' "/proc/$g/status"
+  check "no service-account token is mounted" bash -c "! kubectl exec '$pod' -- test -e /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null"
   check "share-manager mounted it (ext4) at the export" \
     grep -q "^/dev/longhorn/$vol /export/$vol ext4 rw" "/proc/$(k8s_share_manager_pid "$pod")/mounts"
   svc=$(k8s_service_ip "$vol")
