@@ -613,8 +613,8 @@ pids_naming_dir() {
     [[ $ancestors == *" $pid "* ]] && continue
     # Its command line names the directory (the shims), or it runs against
     # this cluster (a test's kubectl left behind).
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$DIR/" ||
-      tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF -- "KUBECONFIG=$DIR/admin.kubeconfig"; then
+    if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$DIR/" ||
+      tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF -- "KUBECONFIG=$DIR/admin.kubeconfig"; then
       echo "$pid"
     fi
   done
@@ -782,7 +782,7 @@ down() {
 # Whatever of this cluster is still here, one line each (nothing: all gone).
 leftovers() {
   local p
-  for p in $(pids_naming_dir); do echo "process $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"; done
+  for p in $(pids_naming_dir); do echo "process $p: $(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | cut -c1-120)"; done
   awk -v d="$DIR/" 'index($5, d) == 1 {print "mount " $5}' /proc/self/mountinfo
   losetup -a 2>/dev/null | grep -F "$DIR/" | sed 's/^/loop device /'
   find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -name kubepods -type d -printf 'cgroup %p\n' 2>/dev/null
