@@ -15,6 +15,7 @@
 #include "sharemgr/etcd_lease_backend.h"
 #include "sharemgr/exit_codes.h"
 #include "sharemgr/rpc_metrics.h"
+#include "sharemgr/termination_message.h"
 #include "sharemgr/unix_socket.h"
 
 namespace sharemgr {
@@ -759,14 +760,17 @@ int Daemon::Shutdown() {
   }
   if (lease_lost_) {
     spdlog::error("exiting with code {}: {}", kExitLeaseLost, board_.Snapshot().reason());
+    ProcessLastErrorSink()->Pin();
     return kExitLeaseLost;
   }
   if (volume_failed_) {
     spdlog::error("exiting with code {}: {}", kExitVolume, board_.Snapshot().reason());
+    ProcessLastErrorSink()->Pin();
     return kExitVolume;
   }
   if (outcome == supervisor::Outcome::kFailed) {
     spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board_.Snapshot().reason());
+    ProcessLastErrorSink()->Pin();
     return kExitGaneshaFailed;
   }
   spdlog::info("stopped");
@@ -793,6 +797,8 @@ int RunDaemon(const DaemonConfig& config) {
     // it uses would be a use after free, and joining it would hang. The
     // kernel ends it with the process.
     spdlog::error("exiting with code {} while a filesystem call is stuck in the kernel", code);
+    // main's write never runs on this path: kubelet's message is written here.
+    if (code != kExitStopped) WriteTerminationMessage(ProcessLastErrorSink()->last_error());
     spdlog::shutdown();
     _exit(code);
   }

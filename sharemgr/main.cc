@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   sharemgr::AddClientCommands(app, client_flags, &exit_code);
 
   // Why the daemon ended, for kubelet (sharemgr/termination_message.h).
-  auto last_error = std::make_shared<sharemgr::LastErrorSink>();
+  const auto& last_error = sharemgr::ProcessLastErrorSink();
   daemon->callback([&] {
     SetUpLogging(debug ? "debug" : log_level, log_format, daemon_flags, last_error);
     auto config = sharemgr::ResolveDaemonConfig(daemon_flags);

@@ -17,12 +17,23 @@ std::string LastErrorSink::last_error() {
 
 void LastErrorSink::Record(std::string_view message) {
   std::lock_guard lock(mutex_);
-  last_ = std::string(message);
+  if (!pinned_) last_ = std::string(message);
+}
+
+void LastErrorSink::Pin() {
+  std::lock_guard lock(mutex_);
+  pinned_ = true;
 }
 
 void LastErrorSink::sink_it_(const spdlog::details::log_msg& msg) {
-  if (msg.level < spdlog::level::err) return;
+  if (msg.level < spdlog::level::err || pinned_) return;
   last_.assign(msg.payload.data(), msg.payload.size());
+}
+
+const std::shared_ptr<LastErrorSink>& ProcessLastErrorSink() {
+  static const auto* const sink =
+      new std::shared_ptr<LastErrorSink>(std::make_shared<LastErrorSink>());
+  return *sink;
 }
 
 void WriteTerminationMessage(std::string_view message, std::string_view path) {

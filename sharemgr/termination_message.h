@@ -24,14 +24,22 @@ class LastErrorSink : public spdlog::sinks::base_sink<std::mutex> {
   std::string last_error();
   // What did not go through a logger (flag errors printed to stderr).
   void Record(std::string_view message);
+  // What was logged last is the reason ("exiting with code N: ..."): no
+  // later error (a thread winding down) replaces it.
+  void Pin();
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override;
   void flush_() override {}
 
  private:
-  std::string last_;  // guarded by base_sink's mutex_
+  std::string last_;     // guarded by base_sink's mutex_
+  bool pinned_ = false;  // likewise
 };
+
+// The process's one sink: main adds it to share-manager's logger, the daemon
+// pins the reason it exits with.
+const std::shared_ptr<LastErrorSink>& ProcessLastErrorSink();
 
 // Replaces the file's content with `message` (at most kubelet's 4096 bytes),
 // only when the file exists. Errors are ignored: the process is exiting, and

@@ -282,7 +282,10 @@ load_layout() {
 
 layout() {
   local net
-  net=$(pick_range) || die "no free 10.x.0.0/16 for the test cluster (ip route shows them all taken)"
+  net=$(pick_range) || {
+    log "no free 10.x.0.0/16 for the test cluster (ip route shows them all taken)"
+    false
+  }
   cat >"$DIR/net.env" <<NET
 CLUSTER_RANGE=$net.0.0/16
 NODE_CIDR=$net.1.0/24
@@ -315,14 +318,17 @@ network_up() {
   done
   # Each thing is written down as it is made: down removes what this
   # cluster made, nothing of another's.
-  ip link add "$NODE_BRIDGE" type bridge && echo "link $NODE_BRIDGE" >>"$DIR/created"
+  ip link add "$NODE_BRIDGE" type bridge
+  echo "link $NODE_BRIDGE" >>"$DIR/created"
   ip addr add "$NODE_IP/24" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
-  ip route add blackhole "$CLUSTER_RANGE" && echo "route blackhole $CLUSTER_RANGE" >>"$DIR/created"
+  ip route add blackhole "$CLUSTER_RANGE"
+  echo "route blackhole $CLUSTER_RANGE" >>"$DIR/created"
   # Host-made packets to a ClusterIP need a route before kube-proxy's DNAT
   # (a blackhole would fail the connect): the node's own bridge, where no
   # other host is.
-  ip route add "$SERVICE_CIDR" dev "$NODE_BRIDGE" && echo "route $SERVICE_CIDR dev $NODE_BRIDGE" >>"$DIR/created"
+  ip route add "$SERVICE_CIDR" dev "$NODE_BRIDGE"
+  echo "route $SERVICE_CIDR dev $NODE_BRIDGE" >>"$DIR/created"
   echo "link $CNI_BRIDGE" >>"$DIR/created" # made by the bridge plugin with the first pod
   # The guard, counted: what enters or leaves the cluster's range through
   # anything but its own bridges (and their pods' veths) or loopback is
@@ -331,7 +337,8 @@ network_up() {
   # whatever kube-proxy accepted before.
   local table
   for table in filter mangle; do
-    iptables -t "$table" -N "$DROP_CHAIN" && echo "chain $table $DROP_CHAIN" >>"$DIR/created"
+    iptables -t "$table" -N "$DROP_CHAIN"
+    echo "chain $table $DROP_CHAIN" >>"$DIR/created"
     iptables -t "$table" -A "$DROP_CHAIN" -o lo -j RETURN
     iptables -t "$table" -A "$DROP_CHAIN" -o "smk8s+" -j RETURN
     iptables -t "$table" -A "$DROP_CHAIN" -o "veth+" -j RETURN
@@ -490,8 +497,11 @@ node_ready() {
 # Any step of up that fails: what each component said last, then everything
 # taken down again, and a failure.
 up_failed() {
+  # A failure inside a command substitution reaches here in its subshell:
+  # only the script itself cleans up.
+  [[ $BASHPID == "$$" ]] || exit 1
   trap - ERR
-  log "up failed at line ${BASH_LINENO[0]}; the components' last words:"
+  log "up failed at line ${BASH_LINENO[0]} (in ${FUNCNAME[1]:-up}); the components' last words:"
   local f
   for f in "$DIR"/log/*.log; do
     [[ -s $f ]] || continue
@@ -602,7 +612,7 @@ up() {
 # Processes whose command line names this cluster's state directory (containerd's
 # shims are re-parented to init, so no pid file knows them).
 pids_naming_dir() {
-  local p pid ancestors=" " a=$$
+  local p pid ancestors=" " a=$BASHPID
   # Never this script or whatever runs it (a test's command line may name the directory).
   while [[ -n $a && $a -gt 1 ]]; do
     ancestors+="$a "
@@ -611,10 +621,11 @@ pids_naming_dir() {
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     [[ $ancestors == *" $pid "* ]] && continue
-    # Its command line names the directory (the shims), or it runs against
-    # this cluster (a test's kubectl left behind).
+    # Its command line names the directory (the shims), or it is a kubectl
+    # against this cluster (a test's watch left behind).
     if tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$DIR/" ||
-      tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF -- "KUBECONFIG=$DIR/admin.kubeconfig"; then
+      { [[ -n ${BIN:-} && $(readlink "$p/exe" 2>/dev/null) == "$BIN/kubectl" ]] &&
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF -- "KUBECONFIG=$DIR/admin.kubeconfig"; }; then
       echo "$pid"
     fi
   done
@@ -749,13 +760,13 @@ down() {
     done < <(tac "$DIR/created")
   fi
   remove_empty_new_nft_tables
+  # This cluster's shims' sockets, also where another containerd owns the folder.
+  find /run/containerd/s -maxdepth 1 -type s -newer "$DIR/$MARKER" -delete 2>/dev/null
   if [[ -f $DIR/made-paths ]]; then
     local made
     while read -r made; do
       case $made in
-        # Sockets of this cluster's shims only, should another containerd run.
-        /run/containerd/s) find "$made" -maxdepth 1 -type s -newer "$DIR/$MARKER" -delete 2>/dev/null ;&
-        /run/containerd | /run/netns) rmdir "$made" 2>/dev/null || log "left $made: not empty" ;;
+        /run/containerd/s | /run/containerd | /run/netns) rmdir "$made" 2>/dev/null || log "left $made: not empty" ;;
         *) rm -rf --one-file-system "$made" ;;
       esac
     done <"$DIR/made-paths"
@@ -767,7 +778,10 @@ down() {
   local left
   left=$(leftovers)
   [[ $(cat /run/sharemgr-k8s.owner 2>/dev/null) != "$DIR" ]] || rm -f /run/sharemgr-k8s.owner
-  rm -rf --one-file-system "$DIR"
+  # The marker last: a directory half removed is still known for a cluster's.
+  find "$DIR" -mindepth 1 -maxdepth 1 ! -name "$MARKER" -exec rm -rf --one-file-system {} +
+  rm -f "$DIR/$MARKER"
+  rmdir "$DIR" 2>/dev/null || left+="${left:+$'\n'}directory $DIR (not empty)"
   if ((dropped > 0)); then
     log "FAIL: $dropped packets tried to enter or leave the cluster's range another way than its own bridges, and were dropped"
   fi

@@ -53,6 +53,11 @@ new_share() {
 phase_is() { [[ $(k8s_phase "$1") == "$2" ]]; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 pod_gone() { ! k get pod "$1" >/dev/null 2>&1; }
+no_line_matching() { ! grep -Eq -- "$1" <<<"$2"; } # REGEX TEXT
+# at_most BEFORE AFTER N: AFTER - BEFORE <= N, both read (a check needs a command).
+at_most() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($2 - $1 <= $3)); }
+# before LINE_A LINE_B: both found, A first.
+before() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 < $2)); }
 successes_above() { # POD TYPE N
   local n
   n=$(k8s_probe_successes "$1" "$2") && ((n > $3))
@@ -66,6 +71,12 @@ new_ganesha_or_ended() { # POD OLD
 
 device_unclaimed() {
   /usr/bin/python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))' "$1" 2>/dev/null
+}
+
+logged_clean_stop() { # POD: from kubelet's log file of its container
+  local logs
+  logs=$(cat "$SHAREMGR_K8S_DIR"/pod-logs/default_"$1"_*/share-manager/0.log 2>/dev/null)
+  grep -q '\] stopping ganesha pid' <<<"$logs" && grep -q '\] stopped$' <<<"$logs"
 }
 
 pod_volume() { k get pod "$1" -o 'jsonpath={.metadata.labels.share-manager\/volume}'; }
@@ -118,7 +129,9 @@ case_ready() {
   g=$(k8s_ganesha_pid "$pod")
   check "share-manager runs under the runtime's default seccomp filter" grep -q '^Seccomp:[[:space:]]*2$' "/proc/$sm/status"
   check "so does ganesha" grep -q '^Seccomp:[[:space:]]*2$' "/proc/$g/status"
-  check "no service-account token is mounted" bash -c "! kubectl exec '$pod' -- test -e /var/run/secrets/kubernetes.io/serviceaccount/token 2>/dev/null"
+  # Seen from the node, in the container's own root.
+  check "no service-account token is mounted" \
+    bash -c "[[ -d /proc/$sm/root/etc && ! -e /proc/$sm/root/var/run/secrets/kubernetes.io ]]"
   check "share-manager mounted it (ext4) at the export" \
     grep -q "^/dev/longhorn/$vol /export/$vol ext4 rw" "/proc/$(k8s_share_manager_pid "$pod")/mounts"
   svc=$(k8s_service_ip "$vol")
@@ -197,11 +210,13 @@ ganesha_fault() { # ganesha_fault VOLUME SIGNAL
   # NOT_SERVING. After a SIGKILL, none may.
   local allowed=0
   [[ $sig == STOP ]] && allowed=1
-  check "at most $allowed readiness probe failed ($rd_before -> $rd_after)" \
-    [ "$rd_before" != unreadable -a "$rd_after" != unreadable ] && ((rd_after - rd_before <= allowed))
-  # shellcheck disable=SC2016 # expanded by the inner shell
-  check "no Unhealthy event for liveness or startup" \
-    bash -c '! grep -Eq "^Unhealthy: (Liveness|Startup)" <<<"$0"' "$(k8s_events "$pod" Unhealthy)"
+  check "at most $allowed readiness probe failed ($rd_before -> $rd_after)" at_most "$rd_before" "$rd_after" "$allowed"
+  local unhealthy
+  if unhealthy=$(k8s_events "$pod" Unhealthy); then
+    check "no Unhealthy event for liveness or startup" no_line_matching '^Unhealthy: (Liveness|Startup)' "$unhealthy"
+  else
+    fail "the pod's events could be read"
+  fi
   check "the data is intact on the volume" volume_same "$pod" data "$work/data"
   # What share-manager says of the death (its pids are those of the
   # container's pid namespace, not the node's), then a second ganesha.
@@ -245,6 +260,10 @@ case_frozen() {
   }
   sm=$(k8s_share_manager_pid "$pod")
   uid=$(k get pod "$pod" -o 'jsonpath={.metadata.uid}')
+  [[ -n $sm && -n $uid ]] || {
+    fail "found share-manager (${sm:-?}) and the pod's uid (${uid:-?})"
+    return
+  }
   kill -STOP "$sm"
   # Liveness: every 10 s, 3 failures: about 30 s; then kubelet stops the
   # container (SIGTERM, which a frozen process cannot take, then SIGKILL after
@@ -264,8 +283,8 @@ case_frozen() {
   started=$(grep -n '^Started: ' <<<"$events" | head -n1 | cut -d: -f1)
   unhealthy=$(grep -n '^Unhealthy: Liveness probe failed' <<<"$events" | head -n1 | cut -d: -f1)
   killing=$(grep -n '^Killing: ' <<<"$events" | head -n1 | cut -d: -f1)
-  check "a Liveness probe failed after the container started (Unhealthy event)" [ -n "$started" -a -n "$unhealthy" ] && ((unhealthy > started))
-  check "then kubelet stopped the container (Killing event after it)" [ -n "$unhealthy" -a -n "$killing" ] && ((killing > unhealthy))
+  check "a Liveness probe failed after the container started (Unhealthy event)" before "$started" "$unhealthy"
+  check "then kubelet stopped the container (Killing event after it)" before "$unhealthy" "$killing"
   check "kubelet counted 3 failed liveness probes before acting ($most)" [ "$most" -ge 3 ]
   check "the container's end is a kill (exit 137)" \
     [ "$(k get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].state.terminated.exitCode}')" == 137 ]
@@ -282,23 +301,25 @@ case_delete() {
   sm=$(k8s_share_manager_pid "$pod")
   ganesha=$(k8s_ganesha_pid "$pod")
   dev=$(k get pv "$vol" -o 'jsonpath={.spec.local.path}')
+  [[ -n $sm && -n $ganesha && -n $dev ]] || {
+    fail "found share-manager (${sm:-?}), ganesha (${ganesha:-?}) and the device (${dev:-?})"
+    return
+  }
   local t0 ms
   # kubelet reports the container's exit before the pod object goes: watch for it.
   kubectl get pod "$pod" --watch --request-timeout=90s \
     -o 'jsonpath={.status.containerStatuses[0].state.terminated.exitCode}{"\n"}' >"$work/exits" 2>/dev/null &
   local watcher=$!
-  sleep 1
+  # Its first answer (the pod as it is, an empty line) before the delete.
+  eventually 20 test -s "$work/exits" || fail "the watch answered"
   t0=$(now_ms)
   k delete pod "$pod" --wait=false >/dev/null
   eventually 60 gone "$sm"
   ms=$(($(now_ms) - t0))
   check "share-manager ended within terminationGracePeriodSeconds ($ms ms < 45 s)" [ "$ms" -lt 45000 ]
   check "its ganesha had been stopped by then" gone "$ganesha"
-  local logs
-  logs=$(cat "$SHAREMGR_K8S_DIR"/pod-logs/default_"$pod"_*/share-manager/0.log 2>/dev/null)
-  # shellcheck disable=SC2016 # expanded by the inner shell
-  check "share-manager logged ganesha's stop and then its own" \
-    bash -c 'grep -q "\] stopping ganesha pid" <<<"$0" && grep -q "\] stopped$" <<<"$0"' "$logs"
+  # kubelet's copy of the log, which the container runtime may finish writing a moment later.
+  check "share-manager logged ganesha's stop and then its own" eventually 10 logged_clean_stop "$pod"
   # The kernel's own answer, across every mount namespace: a mounted block
   # device cannot be opened exclusively.
   check "the device ($dev) is mounted nowhere (it opens O_EXCL)" eventually 30 device_unclaimed "$dev"

@@ -34,6 +34,16 @@ TEST_CASE("the last error share-manager logged is remembered, not its warnings o
   CHECK(sink->last_error() == "share-manager: --nfs-clients 'x' is not an IP address");
 }
 
+TEST_CASE("once the exit reason is pinned, no later error replaces it") {
+  auto sink = std::make_shared<LastErrorSink>();
+  spdlog::logger logger("share-manager", sink);
+  logger.error("exiting with code 5: the device is gone");
+  sink->Pin();
+  logger.error("lease fencer: already stopped");
+  sink->Record("share-manager: something printed late");
+  CHECK(sink->last_error() == "exiting with code 5: the device is gone");
+}
+
 TEST_CASE("the message replaces what the file held, and only in a file that exists") {
   testing_support::TempDir dir;
   const std::string file = dir.path() + "/termination-log";
