@@ -53,10 +53,12 @@ source "$repo/tests/k8s/lib.sh"
 k8s_tls_secret
 
 # share VOLUME [SED...]: a fresh block volume and the pod, Ready; prints the pod.
+# BENCH_VOLUME_SIZE / BENCH_MKFS (words) size and format the volume.
 share() {
   local vol=$1
   shift
-  k8s_block_volume "$vol" >/dev/null
+  # shellcheck disable=SC2086 # mkfs options, one word each
+  k8s_block_volume "$vol" "${BENCH_VOLUME_SIZE:-192M}" ${BENCH_MKFS:-} >/dev/null
   k8s_share "$vol" 1 "$@" 2>/dev/null
   k8s_wait_ready "$(k8s_pod_name "$vol")" 120 || {
     echo "k8s_bench: $(k8s_pod_name "$vol") never turned Ready" >&2
@@ -143,7 +145,8 @@ pss() { awk '/^Pss:/ {printf "%.1f", $2 / 1024}' "/proc/$1/smaps_rollup"; }
 
 bench_memory() {
   local pod sm g
-  pod=$(share bench-memory) || return
+  # Room for 100,000 files: 1 GiB, an inode per 4 KiB.
+  pod=$(BENCH_VOLUME_SIZE=1G BENCH_MKFS="-i 4096" share bench-memory) || return
   sm=$(k8s_share_manager_pid "$pod")
   g=$(k8s_ganesha_pid "$pod")
   sleep 30 # kubelet's stats are gathered every few seconds: let them settle
@@ -159,8 +162,10 @@ bench_start() {
   local i t0 ups=() downs=()
   for ((i = 1; i <= runs; i++)); do
     t0=$(now_ms)
-    bash "$repo/tests/k8s/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null 2>&1 || {
-      echo "start: run $i failed"
+    bash "$repo/tests/k8s/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null 2>"$SHAREMGR_K8S_DIR.start.log" || {
+      echo "start: run $i failed:"
+      tail -n 20 "$SHAREMGR_K8S_DIR.start.log"
+      cluster_down >/dev/null 2>&1
       continue
     }
     ups+=($(($(now_ms) - t0)))
@@ -168,6 +173,7 @@ bench_start() {
     cluster_down >/dev/null 2>&1
     downs+=($(($(now_ms) - t0)))
   done
+  rm -f "$SHAREMGR_K8S_DIR.start.log"
   echo "cluster warm start, up to node Ready (ms): $(printf '%s\n' "${ups[@]}" | stats)"
   echo "cluster down, nothing left (ms): $(printf '%s\n' "${downs[@]}" | stats)"
 }

@@ -65,19 +65,21 @@ k8s_tls_secret() {
   rm -rf "$t"
 }
 
-# k8s_block_volume VOLUME: an ext4 loop device as a local block PersistentVolume
-# and its claim, named VOLUME, bound to this node.
+# k8s_block_volume VOLUME [SIZE [MKFS.EXT4 OPTIONS...]]: an ext4 loop device (192M
+# unless SIZE says otherwise) as a local block PersistentVolume and its claim,
+# named VOLUME, bound to this node.
 k8s_block_volume() {
-  local vol=$1 dev
-  dev=$(bash "$k8s_repo/tests/k8s/cluster.sh" block-device "$vol" 192M "$SHAREMGR_K8S_DIR")
-  mkfs.ext4 -q -F "$dev"
+  local vol=$1 size=${2:-192M} dev
+  shift 2 || shift $#
+  dev=$(bash "$k8s_repo/tests/k8s/cluster.sh" block-device "$vol" "$size" "$SHAREMGR_K8S_DIR")
+  mkfs.ext4 -q -F "$@" "$dev"
   k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: PersistentVolume
 metadata:
   name: $vol
 spec:
-  capacity: {storage: 192Mi}
+  capacity: {storage: $size}
   volumeMode: Block
   accessModes: [ReadWriteOnce]
   persistentVolumeReclaimPolicy: Retain
@@ -99,7 +101,7 @@ spec:
   accessModes: [ReadWriteOnce]
   storageClassName: sharemgr-local
   volumeName: $vol
-  resources: {requests: {storage: 192Mi}}
+  resources: {requests: {storage: $size}}
 YAML
   echo "$dev"
 }
