@@ -164,6 +164,7 @@ bench_start() {
     t0=$(now_ms)
     bash "$repo/tests/k8s/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null 2>"$SHAREMGR_K8S_DIR.start.log" || {
       echo "start: run $i failed:"
+      grep -E 'up failed|timed out waiting' "$SHAREMGR_K8S_DIR.start.log"
       tail -n 20 "$SHAREMGR_K8S_DIR.start.log"
       cluster_down >/dev/null 2>&1
       continue

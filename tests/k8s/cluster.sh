@@ -599,7 +599,7 @@ up() {
   started kubelet "$BIN/kubelet"
   wait_for 120 "node $NODE_NAME Ready" node_ready
   # Pods need their namespace's default ServiceAccount and root CA.
-  wait_for 60 "the default ServiceAccount" "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" --cache-dir "$DIR/kube-cache" \
+  wait_for 120 "the default ServiceAccount" "$BIN/kubectl" --kubeconfig "$DIR/admin.kubeconfig" --cache-dir "$DIR/kube-cache" \
     -n default get serviceaccount default
   trap - ERR
   write_env
@@ -766,7 +766,9 @@ down() {
     local made
     while read -r made; do
       case $made in
-        /run/containerd/s | /run/containerd | /run/netns) rmdir "$made" 2>/dev/null || log "left $made: not empty" ;;
+        /run/containerd/s | /run/containerd | /run/netns)
+          [[ ! -e $made ]] || rmdir "$made" 2>/dev/null || log "left $made: not empty"
+          ;;
         *) rm -rf --one-file-system "$made" ;;
       esac
     done <"$DIR/made-paths"
