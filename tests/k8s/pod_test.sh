@@ -33,16 +33,16 @@ trap 'exit 143' INT TERM
 payload() { head -c "${2:-3000}" /dev/urandom >"$work/$1"; }
 
 # new_share VOLUME [SED...]: its block volume, TLS secret, pod and Service; waits
-# until the pod is Ready. Prints nothing; fails the test when it never is.
+# until the pod is Ready, and fails the test (saying why) when it never is.
 new_share() {
   local vol=$1
   shift
   volumes+=("$vol")
   k8s_tls_secret
-  k8s_block_volume "$vol" >/dev/null || return 1
-  k8s_share "$vol" 1 "$@" || return 1
+  k8s_block_volume "$vol" >/dev/null || { fail "a block volume for $vol"; return 1; }
+  k8s_share "$vol" 1 "$@" || { fail "the pod and Service of $vol apply"; return 1; }
   if ! k8s_wait_ready "$(k8s_pod_name "$vol")" 120; then
-    echo "pod $(k8s_pod_name "$vol") never turned Ready:"
+    fail "pod $(k8s_pod_name "$vol") turns Ready"
     k describe pod "$(k8s_pod_name "$vol")" | tail -n 30
     k logs "$(k8s_pod_name "$vol")" --tail=30 2>&1
     return 1
@@ -104,10 +104,7 @@ probe_failures_of() { # POD TYPE...: the sum, or a failure when kubelet cannot b
 case_ready() {
   local vol=k8s-ready pod svc ip1
   pod=$(k8s_pod_name "$vol")
-  new_share "$vol" || {
-    fail "pod turns Ready"
-    return
-  }
+  new_share "$vol" || return
   pass "pod $pod Ready"
   # Every shipped object, filled in for this share, is accepted by the real
   # apiserver (server-side dry run), then applied: the pod and its Service
@@ -159,10 +156,7 @@ case_ready() {
 ganesha_fault() { # ganesha_fault VOLUME SIGNAL
   local vol=$1 sig=$2 pod ip id started sm ganesha
   pod=$(k8s_pod_name "$vol")
-  new_share "$vol" || {
-    fail "pod turns Ready"
-    return
-  }
+  new_share "$vol" || return
   ip=$(k8s_pod_ip "$pod")
   payload data
   check "NFS write at the pod IP ($ip)" eventually 30 nfs_write "$ip" "$vol" data "$work/data"
@@ -232,10 +226,7 @@ case_budget() {
   # One death allowed: the second spends the budget.
   local vol=k8s-budget pod
   pod=$(k8s_pod_name "$vol")
-  new_share "$vol" 's|- --stop-timeout=10s|- --stop-timeout=10s\n        - --max-deaths=1|' || {
-    fail "pod turns Ready"
-    return
-  }
+  new_share "$vol" 's|- --stop-timeout=10s|- --stop-timeout=10s\n        - --max-deaths=1|' || return
   local g
   for _ in 1 2; do
     g=$(k8s_ganesha_pid "$pod") && [[ -n $g ]] && kill -KILL "$g"
@@ -254,10 +245,7 @@ case_budget() {
 case_frozen() {
   local vol=k8s-frozen pod sm uid
   pod=$(k8s_pod_name "$vol")
-  new_share "$vol" || {
-    fail "pod turns Ready"
-    return
-  }
+  new_share "$vol" || return
   sm=$(k8s_share_manager_pid "$pod")
   uid=$(k get pod "$pod" -o 'jsonpath={.metadata.uid}')
   [[ -n $sm && -n $uid ]] || {
@@ -294,10 +282,7 @@ case_frozen() {
 case_delete() {
   local vol=k8s-delete pod sm ganesha dev
   pod=$(k8s_pod_name "$vol")
-  new_share "$vol" || {
-    fail "pod turns Ready"
-    return
-  }
+  new_share "$vol" || return
   sm=$(k8s_share_manager_pid "$pod")
   ganesha=$(k8s_ganesha_pid "$pod")
   dev=$(k get pv "$vol" -o 'jsonpath={.spec.local.path}')
