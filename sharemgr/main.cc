@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
       } else {
         std::cerr << "share-manager: " << config.status().message() << "\n";
       }
-      last_error->Record(absl::StrCat("share-manager: ", config.status().message()));
-      sharemgr::WriteTerminationMessage(last_error->last_error());
+      sharemgr::WriteTerminationMessage(absl::StrCat("share-manager: ", config.status().message()));
       exit_code = sharemgr::kExitBadInput;
       return;
     }

@@ -15,11 +15,6 @@ std::string LastErrorSink::last_error() {
   return last_;
 }
 
-void LastErrorSink::Record(std::string_view message) {
-  std::lock_guard lock(mutex_);
-  if (!pinned_) last_ = std::string(message);
-}
-
 void LastErrorSink::Pin() {
   std::lock_guard lock(mutex_);
   pinned_ = true;

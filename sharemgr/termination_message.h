@@ -22,8 +22,6 @@ inline constexpr std::string_view kTerminationLogPath = "/dev/termination-log";
 class LastErrorSink : public spdlog::sinks::base_sink<std::mutex> {
  public:
   std::string last_error();
-  // What did not go through a logger (flag errors printed to stderr).
-  void Record(std::string_view message);
   // What was logged last is the reason ("exiting with code N: ..."): no
   // later error (a thread winding down) replaces it.
   void Pin();
