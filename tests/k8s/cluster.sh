@@ -767,6 +767,8 @@ down() {
     while read -r made; do
       case $made in
         /run/containerd/s | /run/containerd | /run/netns)
+          # iproute2 and CNI bind-mount /run/netns onto itself when they make it.
+          ! mountpoint -q "$made" || umount "$made" 2>/dev/null
           [[ ! -e $made ]] || rmdir "$made" 2>/dev/null || log "left $made: not empty"
           ;;
         *) rm -rf --one-file-system "$made" ;;
