@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "bench/abort_run.h"
-#include "controller/reconciler.h"
-#include "controller/simulated_runtime.h"
-#include "controller/store.h"
+#include "controller/core/reconciler.h"
+#include "controller/store/store.h"
+#include "controller/testing/simulated_runtime.h"
 
 namespace bench {
 

@@ -1,6 +1,6 @@
 // What every keeper of an etcd lease shares (the share-manager's serving
 // lease, sharemgr/serving_lease.h; the controller's leadership,
-// controller/leader_election.h): a thread that steps the keeper on its own
+// controller/ha/leader_election.h): a thread that steps the keeper on its own
 // monotonic clock, the held lease's validity (LeaseValidity) renewed every
 // TTL/3, and the loss, which is final. What comes before the lease is held
 // (taking it, waiting out another holder) is the subclass's StepTaking.

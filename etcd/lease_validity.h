@@ -1,6 +1,6 @@
 // How long a lease held in etcd may be counted on, on the holder's own
 // monotonic clock. The share-manager's serving lease (sharemgr/serving_lease.h)
-// and the controller's leadership (controller/leader_election.h) keep their
+// and the controller's leadership (controller/ha/leader_election.h) keep their
 // leases by these same rules, so each stops acting before etcd can let anyone
 // else in (README "Serving lease", "Highly available share-controller"):
 //

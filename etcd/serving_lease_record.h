@@ -1,6 +1,6 @@
 // The values of the serving lease's keys (README "Serving lease"), as the
 // share-managers write them (sharemgr/etcd_lease_backend.h) and the
-// controller reads them (controller/serving_lease_start_rule.h): one parser,
+// controller reads them (controller/ha/serving_lease_start_rule.h): one parser,
 // so that both sides agree on what a record says.
 //   P/leases/<volume>  "<epoch, 20 digits> <holder>"
 //   P/epochs/<volume>  "<epoch, 20 digits> <etcd lease, hex>", or only the

@@ -61,7 +61,7 @@ branch_report() {
     if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
     # -funique-internal-linkage-names: a static function or lambda is named
     # after its file's base name only, so sharemgr/main.cc's and
-    # controller/main.cc's `main::$_0` would share one counter; this adds a
+    # controller/cmd/main.cc's `main::$_0` would share one counter; this adds a
     # hash of the file's path to such names.
     BUILD_DIR=$cbuild BUILD_TYPE=Debug bash scripts/build.sh "${launcher[@]}" \
       -DCMAKE_CXX_COMPILER=clang++-16 \

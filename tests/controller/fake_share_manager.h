@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "controller/grpc_share_connector.h"
+#include "controller/runtime/grpc_share_connector.h"
 #include "sharemanager/v1/sharemanager.grpc.pb.h"
 
 namespace controller {

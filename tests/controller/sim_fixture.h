@@ -8,11 +8,11 @@
 #include <memory>
 #include <string>
 
-#include "controller/faulty_pod_runtime.h"
-#include "controller/faulty_store.h"
-#include "controller/memory_store.h"
-#include "controller/reconciler.h"
-#include "controller/simulated_runtime.h"
+#include "controller/core/reconciler.h"
+#include "controller/store/memory_store.h"
+#include "controller/testing/faulty_pod_runtime.h"
+#include "controller/testing/faulty_store.h"
+#include "controller/testing/simulated_runtime.h"
 
 namespace controller {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "base/files.h"
-#include "controller/local_pod_runtime.h"
+#include "controller/runtime/local/local_pod_runtime.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using fuzz::Check;

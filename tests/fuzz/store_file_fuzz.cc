@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/unique_fd.h"
-#include "controller/memory_store.h"
+#include "controller/store/memory_store.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using fuzz::Check;

@@ -66,15 +66,17 @@ TEST_CASE("installed package: an outside project builds against it and asks a re
   CHECK(fs::exists(lib + "libcontroller.a"));
   CHECK(fs::exists(prefix + "/" SHAREMGR_INSTALL_LIBDIR
                             "/cmake/ShareManager/ShareManagerConfig.cmake"));
-  CHECK(fs::exists(include + "controller/controller.h"));
+  // The public API is controller/include: what a consumer needs to ask a
+  // share-manager. The controller's own parts (core, store, ha, runtime) and
+  // its test doubles stay inside the library.
+  CHECK(fs::exists(include + "controller/share_client.h"));
   CHECK(fs::exists(include + "sharemanager/v1/sharemanager.pb.h"));
   CHECK_FALSE(fs::exists(lib + "libsharemgr.a"));
   CHECK_FALSE(fs::exists(lib + "libsupervisor.a"));
   CHECK_FALSE(fs::exists(lib + "libcontroller_testing.a"));
   CHECK_FALSE(fs::exists(include + "sharemgr"));
-  for (const char* test_only :
-       {"fault_injector.h", "faulty_pod_runtime.h", "faulty_store.h", "simulated_runtime.h"}) {
-    CHECK_FALSE(fs::exists(include + "controller/" + test_only));
+  for (const char* internal : {"core", "store", "ha", "runtime", "testing", "cmd"}) {
+    CHECK_FALSE(fs::exists(include + "controller/" + internal));
   }
   const auto members = RequireRun({"ar", "t", lib + "libcontroller.a"}).output;
   CHECK(members.find("share_client.cc.o") != std::string::npos);

@@ -2,8 +2,8 @@
 // share-controller replicas on one real 3-member etcd and one work dir, real
 // share-manager pods (with their serving leases in the same etcd) and real
 // NFS. The election's logic on a fake clock is
-// tests/controller/leader_election_test.cc; on a real etcd in one process,
-// tests/controller/etcd_election_test.cc.
+// tests/controller/ha/leader_election_test.cc; on a real etcd in one process,
+// tests/controller/ha/etcd_election_test.cc.
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -23,10 +23,10 @@
 #include "absl/strings/str_split.h"
 #include "base/files.h"
 #include "base/proc.h"
-#include "controller/conditions.h"
-#include "controller/etcd_store.h"
-#include "controller/ha_replica.h"
-#include "controller/local_pod_runtime.h"
+#include "controller/core/conditions.h"
+#include "controller/ha/ha_replica.h"
+#include "controller/runtime/local/local_pod_runtime.h"
+#include "controller/store/etcd_store.h"
 #include "etcd/lease_keep_alive.h"
 #include "etcd/serving_lease_record.h"
 #include "tests/support/daemon_process.h"

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "controller/grpc_share_connector.h"
+#include "controller/runtime/grpc_share_connector.h"
 #include "controller/share_client.h"
 #include "tests/support/daemon_process.h"
 #include "tests/support/program_process.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "controller/controller_metrics.h"
+#include "controller/cmd/controller_metrics.h"
 #include "sharemgr/metrics.h"
 
 namespace {

@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "controller/etcd_election.h"
-#include "controller/etcd_store.h"
-#include "controller/leader_election.h"
-#include "controller/serving_lease_start_rule.h"
+#include "controller/ha/etcd_election.h"
+#include "controller/ha/leader_election.h"
+#include "controller/ha/serving_lease_start_rule.h"
+#include "controller/store/etcd_store.h"
 #include "etcd/serving_lease_record.h"
 #include "sharemgr/serving_lease.h"
 
@@ -116,7 +116,7 @@ struct EtcdModel {
     uint64_t epoch = 0;
     int64_t lease = 0;
   };
-  // The controllers' election key P/leader (controller/etcd_election.h).
+  // The controllers' election key P/leader (controller/ha/etcd_election.h).
   struct LeaderKey {
     std::string id;
     int64_t lease = 0;
@@ -562,7 +562,7 @@ Outcome RunSeed(uint64_t seed) {
 }
 
 // A share-controller replica's view of the election through its link, as
-// controller/etcd_election.cc keeps it: a fresh lease per campaign, the key
+// controller/ha/etcd_election.cc keeps it: a fresh lease per campaign, the key
 // created only when absent (its create_revision the token), a lost answer's
 // lease revoked (with the key, if that campaign had won), a follower waiting
 // until the key is gone and its leader's lease too.
