@@ -31,6 +31,10 @@ packages=(
   # containerd + runc as the node's runtime, the bridge CNI plugin, iptables
   # for kube-proxy; Kubernetes itself is built from the Go module proxy
   containerd runc containernetworking-plugins iptables
+  # share-controller on Kubernetes (controller_kubernetes): Debian has no
+  # Kubernetes client for C++; the API is JSON over HTTPS, and nlohmann-json
+  # is packaged, header-only and well kept
+  nlohmann-json3-dev
   # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
   etcd-server etcd-client
   # --log-format json is checked by a parser not ours: Python's json module (tests/support/json_lines)

@@ -15,6 +15,11 @@ using sharemanager::v1::ShareState;
 
 bool IsDead(PodPhase phase) { return phase == PodPhase::kSucceeded || phase == PodPhase::kFailed; }
 
+// A share asked to go is served no more, whatever its spec says.
+bool ShouldServe(const ShareRecord& record) {
+  return record.spec().serve() && !record.deletion_requested();
+}
+
 // Counters never wrap: a wrapped generation or epoch would look like the
 // oldest one and undo the fencing it exists for.
 uint64_t SaturatingIncrement(uint64_t v) {
@@ -157,10 +162,11 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
     }
   }
 
-  if (!record.spec().serve()) {
+  if (!ShouldServe(record)) {
     const bool none = pod == nullptr && observed.stale.empty();
     SetPhase(st, none ? v1::STOPPED : v1::STOPPING,
-             none ? "not served" : "deleting share-manager pods");
+             none ? (record.deletion_requested() ? "deleted" : "not served")
+                  : "deleting share-manager pods");
     return st;
   }
   if (pod == nullptr) {
@@ -410,11 +416,15 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   const auto answer = FromCurrentPod(observed.share, record, st.epoch());
   const bool answered = answer && answer->reachable;
   ClearCondition(st, condition::kRuntimeUnavailable, now.wall_ms);
+  // Held before any pod is created (this write comes first), released only
+  // once no pod is listed and none will be made: a store whose deletes wait
+  // lets the record go then, and never while a pod may still hold the device.
+  st.set_hold_record(ShouldServe(record) || !pods->empty());
   if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
 
   // Act. Fence first: pods of other epochs go, whatever else happens.
   const Pod* current = observed.current;
-  const bool replace = current != nullptr && (st.phase() == v1::ERROR || !record.spec().serve());
+  const bool replace = current != nullptr && (st.phase() == v1::ERROR || !ShouldServe(record));
   std::vector<const Pod*> doomed = observed.stale;
   if (replace) doomed.push_back(current);
   const Deletion deleted = DeletePods(doomed, marks, now.mono_ms);
@@ -435,7 +445,7 @@ PassResult Reconciler::Reconcile(const std::string& name) {
             .backing_off = true};
   }
   if (deleted.failing) return {.requeue_after_ms = deleted.wait_ms, .backing_off = true};
-  if (!record.spec().serve()) {
+  if (!ShouldServe(record)) {
     return {.requeue_after_ms = st.phase() == v1::STOPPED
                                     ? std::nullopt
                                     : std::optional<int64_t>(options_.resync_ms)};

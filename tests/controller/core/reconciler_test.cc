@@ -564,6 +564,41 @@ TEST_CASE("serve=false stops the share: pods deleted, STOPPED") {
   CHECK(sim.Get("vol").status().observed_spec_generation() == 2);
 }
 
+TEST_CASE(
+    "hold_record: a share is held before its first pod is created, and a share asked to go is "
+    "released only once no pod is left") {
+  Sim sim;
+  sim.AddShare("vol");
+  sim.runtime.faults().FailCall(2, Fault::kFail);  // the first pass' Create (after its List)
+  sim.Pass("vol");
+  CHECK(sim.cluster.Pods("vol").empty());
+  CHECK(sim.Get("vol").status().hold_record());  // written before the create was tried
+  REQUIRE(sim.RunUntilRunning("vol"));
+
+  auto record = sim.Get("vol");
+  record.set_deletion_requested(true);  // as a store whose deletes wait sets it
+  REQUIRE(sim.memory.Update(record).ok());
+  sim.cluster.SetDeleteLag(1000);
+  sim.Pass("vol");  // deletes the pod, which lingers while it stops
+  REQUIRE_FALSE(sim.cluster.Pods("vol").empty());
+  CHECK(sim.Get("vol").status().phase() == pb::STOPPING);
+  CHECK(sim.Get("vol").status().hold_record());
+  for (int i = 0; i < 50 && !sim.cluster.Pods("vol").empty(); ++i) {
+    sim.clock.Advance(100);
+    sim.Pass("vol");
+  }
+  REQUIRE(sim.cluster.Pods("vol").empty());
+  sim.Pass("vol");
+  const auto st = sim.Get("vol").status();
+  CHECK(st.phase() == pb::STOPPED);
+  CHECK(st.reason() == "deleted");
+  CHECK_FALSE(st.hold_record());
+  // Never served again, whatever its spec says.
+  sim.clock.Advance(10'000);
+  sim.Pass("vol");
+  CHECK(sim.cluster.Pods("vol").empty());
+}
+
 // The repair contract (issue 9): a share-manager that answers and reports a
 // repair within the budget keeps its pod and gets nothing that touches the device.
 namespace {
