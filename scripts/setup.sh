@@ -33,6 +33,11 @@ packages=(
   containerd runc containernetworking-plugins iptables
   # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
   etcd-server etcd-client
+  # the Kubernetes API client (kube/): Debian packages no Kubernetes client for
+  # C++, so it is our own over libcurl (HTTPS with client certificates from
+  # memory, streamed watches) and nlohmann-json, both packaged and well kept;
+  # yaml-cpp reads kubeconfig files
+  libcurl4-openssl-dev nlohmann-json3-dev libyaml-cpp-dev
   # --log-format json is checked by a parser not ours: Python's json module (tests/support/json_lines)
   python3
 )
