@@ -279,34 +279,29 @@ absl::StatusOr<ListResult> Client::List(const std::string& path, const std::stri
   return result;
 }
 
-absl::StatusOr<nlohmann::json> Client::Create(const std::string& path,
-                                              const nlohmann::json& object) {
-  Request request{.method = "POST",
+absl::StatusOr<nlohmann::json> Client::Send(const char* method, const std::string& path,
+                                            const nlohmann::json& body, const char* content_type) {
+  Request request{.method = method,
                   .path = path,
-                  .body = object.dump(),
-                  .content_type = "application/json",
+                  .body = body.dump(),
+                  .content_type = content_type,
                   .timeout = options_.request_timeout};
   return Call(request);
+}
+
+absl::StatusOr<nlohmann::json> Client::Create(const std::string& path,
+                                              const nlohmann::json& object) {
+  return Send("POST", path, object, "application/json");
 }
 
 absl::StatusOr<nlohmann::json> Client::Replace(const std::string& path,
                                                const nlohmann::json& object) {
-  Request request{.method = "PUT",
-                  .path = path,
-                  .body = object.dump(),
-                  .content_type = "application/json",
-                  .timeout = options_.request_timeout};
-  return Call(request);
+  return Send("PUT", path, object, "application/json");
 }
 
 absl::StatusOr<nlohmann::json> Client::MergePatch(const std::string& path,
                                                   const nlohmann::json& patch) {
-  Request request{.method = "PATCH",
-                  .path = path,
-                  .body = patch.dump(),
-                  .content_type = "application/merge-patch+json",
-                  .timeout = options_.request_timeout};
-  return Call(request);
+  return Send("PATCH", path, patch, "application/merge-patch+json");
 }
 
 absl::StatusOr<nlohmann::json> Client::Delete(const std::string& path,
@@ -318,12 +313,7 @@ absl::StatusOr<nlohmann::json> Client::Delete(const std::string& path,
   }
   if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
   if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
-  Request request{.method = "DELETE",
-                  .path = path,
-                  .body = body.dump(),
-                  .content_type = "application/json",
-                  .timeout = options_.request_timeout};
-  return Call(request);
+  return Send("DELETE", path, body, "application/json");
 }
 
 absl::Status Client::Watch(const std::string& path, const WatchOptions& options,

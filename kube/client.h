@@ -90,6 +90,9 @@ class Client {
   Client(ClientConfig config, ClientOptions options);
   // Runs one request; its body (a 2xx) as JSON, or the error.
   absl::StatusOr<nlohmann::json> Call(Request& request);
+  // A request with a JSON body.
+  absl::StatusOr<nlohmann::json> Send(const char* method, const std::string& path,
+                                      const nlohmann::json& body, const char* content_type);
   absl::Status Perform(Request& request);
   // libcurl's write callback: the answer's bytes for `request`.
   static size_t OnWrite(char* data, size_t size, size_t count, void* request);

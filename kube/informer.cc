@@ -160,9 +160,27 @@ Informer::WatchEnd Informer::WatchOnce() {
                            .allow_bookmarks = true,
                            .timeout = NextWatchTimeout(),
                            .label_selector = options_.label_selector};
+  const auto started = std::chrono::steady_clock::now();
+  int64_t events = 0;
   const absl::Status status = client_.Watch(
-      options_.path, watch, [this](const WatchEvent& event) { Apply(event); }, cancel_);
-  if (status.ok()) return WatchEnd::kEnded;
+      options_.path, watch,
+      [&](const WatchEvent& event) {
+        ++events;
+        Apply(event);
+      },
+      cancel_);
+  if (status.ok()) {
+    // An apiserver (or a proxy before it) that ends every watch at once
+    // would otherwise be asked again and again without a pause.
+    if (events == 0 && std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) {
+      spdlog::warn("informer: {}: the watch ended at once, without an event (backed off)",
+                   options_.path);
+      absl::MutexLock lock(&mu_);
+      ++counters_.failures;
+      return WatchEnd::kFailed;
+    }
+    return WatchEnd::kEnded;
+  }
   if (absl::IsCancelled(status)) return WatchEnd::kStopped;
   if (IsGone(status)) {
     spdlog::info("informer: {}; listing again", status.ToString());

@@ -10,7 +10,8 @@
 //   it lists again and reports every difference: objects added, changed,
 //   and deleted meanwhile;
 // - any other failure is retried after a backoff (jittered, doubling from
-//   100 ms to 5 s), as long as it lasts;
+//   100 ms to 5 s), as long as it lasts; so is a watch that ends within a
+//   second without an event (as client-go's "very short watch");
 // - every resync period, every cached object is reported again.
 //
 // The handler gets an object's key ("namespace/name", or "name" for a
