@@ -41,7 +41,7 @@ cmake -S . -B build-tsa -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DBUILD_TESTING=OFF -DSHAREMGR_THREAD_SAFETY=ON >/dev/null
 # Each library by name: one a binary stops linking is still analysed.
 cmake --build build-tsa -j "${JOBS:-2}" \
-  --target base child_process etcd_client supervisor metrics sharemgr controller controller_metrics \
+  --target base child_process etcd_client kube_client supervisor metrics sharemgr controller controller_metrics \
   controller_testing \
   share-manager share-controller
 

@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "tests/kube/fake_apiserver.h"
+#include "tests/kube/recorder.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/wait_for.h"
 
@@ -39,26 +40,12 @@ std::string Event(const std::string& type, const nlohmann::json& object) {
 
 bool IsList(const std::string& request) { return request.find("watch=1") == std::string::npos; }
 
-// What the handler was told, in order, with the cache's view at that moment.
-class Recorder {
- public:
-  void Attach(const Informer* informer) { informer_ = informer; }
-  void operator()(const std::string& key) {
-    const auto object = informer_->Get(key);
-    absl::MutexLock lock(&mu_);
-    seen_.push_back(key + (object
-                               ? "@" + (*object)["metadata"]["resourceVersion"].get<std::string>()
-                               : " deleted"));
-  }
-  std::vector<std::string> seen() const {
-    absl::MutexLock lock(&mu_);
-    return seen_;
-  }
-
- private:
-  const Informer* informer_ = nullptr;
-  mutable absl::Mutex mu_;
-  std::vector<std::string> seen_ ABSL_GUARDED_BY(mu_);
+// The informer's reports, with the objects' resourceVersion.
+struct Recorder : testing_support::InformerRecorder {
+  Recorder()
+      : InformerRecorder([](const nlohmann::json& object) {
+          return object["metadata"]["resourceVersion"].get<std::string>();
+        }) {}
 };
 
 struct Harness {

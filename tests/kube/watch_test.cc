@@ -91,7 +91,7 @@ TEST_CASE("watch: a stream cut in the middle of an event is a failure, the half 
   CHECK(seen == std::vector<std::string>{"ADDED"});
 }
 
-TEST_CASE("watch: an ERROR event ends it with its Status; a 410 answer is Gone too") {
+TEST_CASE("watch: an ERROR event ends it with its Status, and a 410 answer is Gone too") {
   const std::string error = nlohmann::json{{"type", "ERROR"},
                                            {"object",
                                             {{"kind", "Status"},
