@@ -31,12 +31,13 @@ packages=(
   # containerd + runc as the node's runtime, the bridge CNI plugin, iptables
   # for kube-proxy; Kubernetes itself is built from the Go module proxy
   containerd runc containernetworking-plugins iptables
-  # share-controller on Kubernetes (controller_kubernetes): Debian has no
-  # Kubernetes client for C++; the API is JSON over HTTPS, and nlohmann-json
-  # is packaged, header-only and well kept
-  nlohmann-json3-dev
   # share-controller's etcd store: its tests run a real etcd cluster (etcdctl to look at it)
   etcd-server etcd-client
+  # the Kubernetes API client (kube/): Debian packages no Kubernetes client for
+  # C++, so it is our own over libcurl (HTTPS with client certificates from
+  # memory, streamed watches) and nlohmann-json, both packaged and well kept;
+  # yaml-cpp reads kubeconfig files
+  libcurl4-openssl-dev nlohmann-json3-dev libyaml-cpp-dev
   # --log-format json is checked by a parser not ours: Python's json module (tests/support/json_lines)
   python3
 )

@@ -41,8 +41,8 @@ cmake -S . -B build-tsa -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   -DBUILD_TESTING=OFF -DSHAREMGR_THREAD_SAFETY=ON >/dev/null
 # Each library by name: one a binary stops linking is still analysed.
 cmake --build build-tsa -j "${JOBS:-2}" \
-  --target base child_process etcd_client supervisor metrics sharemgr controller controller_metrics \
-  controller_testing controller_kubernetes \
+  --target base child_process etcd_client kube_client supervisor metrics sharemgr controller \
+  controller_metrics controller_testing controller_kubernetes \
   share-manager share-controller
 
 echo "== AddressSanitizer + UBSan build"
