@@ -77,6 +77,11 @@ InformerCounters Informer::counters() const {
   return counters_;
 }
 
+std::string Informer::ResourceVersion() const {
+  absl::MutexLock lock(&mu_);
+  return cache_version_;
+}
+
 void Informer::Run() {
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   bool listed = false;
@@ -142,6 +147,7 @@ bool Informer::Relist() {
       if (!fresh.contains(key)) changed.push_back(key);
     }
     cache_ = std::move(fresh);
+    cache_version_ = list->resource_version;
     ++counters_.lists;
   }
   resource_version_ = list->resource_version;
@@ -195,7 +201,11 @@ Informer::WatchEnd Informer::WatchOnce() {
 void Informer::Apply(const WatchEvent& event) {
   const std::string version = MetadataString(event.object, "resourceVersion");
   if (event.type == "BOOKMARK") {
-    if (!version.empty()) resource_version_ = version;
+    if (!version.empty()) {
+      resource_version_ = version;
+      absl::MutexLock lock(&mu_);
+      cache_version_ = version;
+    }
     return;
   }
   if (event.type != "ADDED" && event.type != "MODIFIED" && event.type != "DELETED") {
@@ -209,6 +219,7 @@ void Informer::Apply(const WatchEvent& event) {
     } else {
       cache_[key] = event.object;
     }
+    if (!version.empty()) cache_version_ = version;
     ++counters_.events;
   }
   if (!version.empty()) resource_version_ = version;

@@ -84,6 +84,10 @@ class Informer {
   std::optional<nlohmann::json> Get(const std::string& key) const;
   std::vector<nlohmann::json> List() const;
   InformerCounters counters() const;
+  // The resourceVersion the cache is up to date with (the last list's,
+  // event's or bookmark's): every change up to it is in the cache. "" before
+  // the first list.
+  std::string ResourceVersion() const;
 
  private:
   using Cache = std::map<std::string, nlohmann::json>;
@@ -114,6 +118,7 @@ class Informer {
 
   mutable absl::Mutex mu_;
   Cache cache_ ABSL_GUARDED_BY(mu_);
+  std::string cache_version_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   InformerCounters counters_ ABSL_GUARDED_BY(mu_);

@@ -41,8 +41,8 @@ bool SameIgnoringMessages(const ShareStatusRecord& a, const ShareStatusRecord& b
       a.observed_spec_generation() != b.observed_spec_generation() ||
       a.replacements() != b.replacements() ||
       a.last_replacement_unix_ms() != b.last_replacement_unix_ms() ||
-      a.pod_created_unix_ms() != b.pod_created_unix_ms() ||
-      a.hold_record() != b.hold_record() || a.conditions_size() != b.conditions_size()) {
+      a.pod_created_unix_ms() != b.pod_created_unix_ms() || a.hold_record() != b.hold_record() ||
+      a.conditions_size() != b.conditions_size()) {
     return false;
   }
   for (int i = 0; i < a.conditions_size(); ++i) {

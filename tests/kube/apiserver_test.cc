@@ -17,6 +17,7 @@
 #include "kube/informer.h"
 #include "kube/paths.h"
 #include "tests/kube/recorder.h"
+#include "tests/kube/test_cluster.h"
 #include "tests/support/require_ok.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
@@ -25,26 +26,11 @@
 namespace kube {
 namespace {
 
+using testing::AdminConfig;
 using testing_support::RequireOk;
 using testing_support::WaitFor;
 
 constexpr auto kWait = std::chrono::seconds(30);
-
-// The cluster's admin kubeconfig, from the env file the fixture wrote. No
-// cluster is a failure: these tests run only where the fixture brought one up.
-ClientConfig AdminConfig() {
-  const char* dir = std::getenv("SHAREMGR_K8S_DIR");
-  REQUIRE_MESSAGE(dir != nullptr, "SHAREMGR_K8S_DIR is not set: no test cluster to run on");
-  const std::string env_file = absl::StrCat(dir, "/env");
-  auto env = base::ReadFile(env_file);
-  REQUIRE_MESSAGE(env.ok(), "no test cluster is up: ", env.status().ToString());
-  std::string kubeconfig;
-  for (absl::string_view line : absl::StrSplit(*env, '\n')) {
-    if (absl::ConsumePrefix(&line, "export KUBECONFIG=")) kubeconfig = std::string(line);
-  }
-  REQUIRE_MESSAGE(!kubeconfig.empty(), env_file, " names no KUBECONFIG");
-  return RequireOk(LoadKubeconfig(kubeconfig));
-}
 
 std::string ConfigMaps(const std::string& ns, const std::string& name = "") {
   return ResourcePath(
@@ -68,28 +54,6 @@ std::string Version(const nlohmann::json& object) {
   return object["metadata"]["resourceVersion"].get<std::string>();
 }
 
-// A namespace for one test case, deleted (with all in it) when it goes.
-class TestNamespace {
- public:
-  explicit TestNamespace(Client& client) : client_(client) {
-    static int count = 0;
-    name_ = absl::StrCat("kube-client-test-", getpid(), "-", ++count);
-    RequireOk(client_.Create(ResourcePath({.version = "v1", .plural = "namespaces"}),
-                             {{"metadata", {{"name", name_}}}}));
-  }
-  ~TestNamespace() {
-    const auto deleted =
-        client_.Delete(ResourcePath({.version = "v1", .plural = "namespaces", .name = name_}));
-    if (!deleted.ok())
-      FAIL_CHECK("namespace " << name_ << " left: " << deleted.status().ToString());
-  }
-  const std::string& name() const { return name_; }
-
- private:
-  Client& client_;
-  std::string name_;
-};
-
 // The informer's reports, with the objects' data.value.
 struct Recorder : testing_support::InformerRecorder {
   Recorder()
@@ -109,7 +73,7 @@ std::unique_ptr<Informer> StartInformer(Client& client, InformerOptions options,
 
 TEST_CASE("apiserver: create, get, replace, with the apiserver's concurrency and preconditions") {
   auto client = RequireOk(Client::Create(AdminConfig()));
-  TestNamespace ns(*client);
+  testing::TestNamespace ns(*client, "kube-client-test");
   const auto created = RequireOk(client->Create(ConfigMaps(ns.name()), ConfigMap("a", "1")));
   CHECK(created["data"]["value"] == "1");
   auto got = RequireOk(client->Get(ConfigMaps(ns.name(), "a")));
@@ -149,7 +113,7 @@ TEST_CASE("apiserver: create, get, replace, with the apiserver's concurrency and
 
 TEST_CASE("apiserver: a watch sees ADDED, MODIFIED, DELETED in order") {
   auto client = RequireOk(Client::Create(AdminConfig()));
-  TestNamespace ns(*client);
+  testing::TestNamespace ns(*client, "kube-client-test");
   const ListResult empty = RequireOk(client->List(ConfigMaps(ns.name()), kOurs));
   CHECK(empty.items.empty());
   RequireOk(client->Create(ConfigMaps(ns.name()), ConfigMap("w", "1")));
@@ -174,7 +138,7 @@ TEST_CASE("apiserver: a watch sees ADDED, MODIFIED, DELETED in order") {
 
 TEST_CASE("apiserver: the informer lists, watches, and resumes after the watch's timeout") {
   auto client = RequireOk(Client::Create(AdminConfig()));
-  TestNamespace ns(*client);
+  testing::TestNamespace ns(*client, "kube-client-test");
   RequireOk(client->Create(ConfigMaps(ns.name()), ConfigMap("before", "0")));
   Recorder recorder;
   auto informer = StartInformer(*client,
@@ -278,7 +242,7 @@ class Reader {
 TEST_CASE("apiserver: after 410 the informer lists again and reports what changed meanwhile") {
   const ClientConfig admin_config = AdminConfig();
   auto admin = RequireOk(Client::Create(admin_config));
-  TestNamespace ns(*admin);
+  testing::TestNamespace ns(*admin, "kube-client-test");
   testing_support::TempDir dir;
   Reader reader(*admin, ns.name(), dir.path() + "/token");
   reader.Grant();

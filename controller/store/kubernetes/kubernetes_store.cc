@@ -159,9 +159,9 @@ absl::StatusOr<std::vector<ShareRecord>> KubernetesStore::List() {
 
 absl::StatusOr<ShareRecord> KubernetesStore::Create(ShareRecord record) {
   if (record.spec().volume() != record.name()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kKind, " ", record.name(), ": the volume must be the object's name, not '",
-        record.spec().volume(), "'"));
+    return absl::InvalidArgumentError(absl::StrCat(kKind, " ", record.name(),
+                                                   ": the volume must be the object's name, not '",
+                                                   record.spec().volume(), "'"));
   }
   auto created = client_.Create(Path(), NewObject(record, options_.namespace_name));
   if (!created.ok()) return created.status();
@@ -233,7 +233,7 @@ absl::Status KubernetesStore::Delete(const std::string& name) {
   }
   const auto details = answer->find("details");
   WroteDeleted(name, details != answer->end() && details->is_object() ? details->value("uid", "")
-                                                                     : std::string());
+                                                                      : std::string());
   return absl::OkStatus();
 }
 
