@@ -472,6 +472,48 @@ TEST_CASE("client commands: status --json, probe exit codes, unreachable server"
   CHECK(version.output.find("share-manager ") == 0);
 }
 
+TEST_CASE("client commands: bad --addr ports and negative numbers are refused, exit 1") {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"status", "--addr", "127.0.0.1:99999"},
+                                             {"status", "--addr", "127.0.0.1:0"},
+                                             {"probe", "--addr", "[::1]:65536"},
+                                             {"mount", "--generation", "-1"},
+                                             {"mount", "--epoch", "-1"},
+                                             {"trim", "--epoch", "-2"},
+                                             {"resize", "--epoch", "-2"}}) {
+    std::vector<std::string> argv = {ShareManagerBinary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto result = RunCommand(argv);
+    CAPTURE(result.output);
+    CHECK(result.exit_code == 1);
+    CHECK((result.output.find("the port must be a number from 1 to 65535") != std::string::npos ||
+           result.output.find("must be 0 or more, not negative") != std::string::npos));
+  }
+}
+
+TEST_CASE("client commands: the health-only port, TLS hints only for TLS, probe --json, trim") {
+  auto d = StartDaemon();
+  const auto health = RunCommand({ShareManagerBinary(), "status", "--addr", d->health_addr()});
+  CHECK(health.exit_code == 3);
+  CHECK_MESSAGE(health.output.find("this is the health-only port") != std::string::npos,
+                health.output);
+  // Refused and unresolvable: nothing about TLS.
+  const auto closed = "127.0.0.1:" + std::to_string(base::FreeLoopbackPort());
+  for (const auto& addr : {closed, std::string("nosuchhost.invalid:9600")}) {
+    const auto result =
+        RunCommand({ShareManagerBinary(), "status", "--addr", addr, "--timeout", "2s"});
+    CHECK(result.exit_code == 2);
+    CHECK_MESSAGE(result.output.find("TLS") == std::string::npos, result.output);
+  }
+  const auto probe = RunCommand({ShareManagerBinary(), "probe", "--json", "--addr", d->addr()});
+  CHECK(probe.exit_code == 0);
+  CHECK(probe.output == "{\"status\":\"SERVING\"}\n");
+  // A directory share has no device to trim: the server says so, exit 3.
+  const auto trim = RunCommand({ShareManagerBinary(), "trim", "--addr", d->addr()});
+  CHECK_MESSAGE(trim.exit_code == 3, trim.output);
+  CHECK_MESSAGE(trim.output.starts_with("share-manager: FilesystemTrim: "), trim.output);
+}
+
 TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4)") {
   auto d = StartDaemon();
   const testing_support::TempDir temp("sharemgr-dup");
