@@ -4,7 +4,6 @@
 #include "controller/store/kubernetes/kubernetes_store.h"
 
 #include <doctest/doctest.h>
-#include <yaml-cpp/yaml.h>
 
 #include <memory>
 #include <string>
@@ -12,6 +11,7 @@
 #include "base/files.h"
 #include "controller/store/kubernetes/share_object.h"
 #include "kube/paths.h"
+#include "kube/yaml.h"
 #include "tests/controller/store/store_contract.h"
 #include "tests/kube/test_cluster.h"
 #include "tests/support/require_ok.h"
@@ -23,37 +23,12 @@ namespace {
 using nlohmann::json;
 using testing_support::RequireOk;
 
-// YAML as the apiserver's JSON: a quoted scalar stays a string.
-json ToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& item : node) out[item.first.as<std::string>()] = ToJson(item.second);
-      return out;
-    }
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& item : node) out.push_back(ToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string text = node.as<std::string>();
-      if (node.Tag() == "!") return text;
-      if (text == "true" || text == "false") return text == "true";
-      int64_t number = 0;
-      if (absl::SimpleAtoi(text, &number)) return number;
-      return text;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 // The shipped CRD, installed once per test process and established.
 void InstallCrd(kube::Client& client) {
   static bool installed = false;
   if (installed) return;
-  const json crd = ToJson(YAML::LoadFile(SHAREMGR_SOURCE_DIR "/deploy/base/crd.yaml"));
+  const std::string file = SHAREMGR_SOURCE_DIR "/deploy/base/crd.yaml";
+  const json crd = RequireOk(kube::YamlToJson(RequireOk(base::ReadFile(file)), file));
   const std::string crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
   const auto created = client.Create(crds, crd);
   if (!created.ok()) REQUIRE(created.status().code() == absl::StatusCode::kAlreadyExists);
