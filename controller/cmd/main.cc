@@ -34,6 +34,7 @@
 #include "base/tls13_only.h"
 #include "base/validate.h"
 #include "controller/cmd/controller_metrics.h"
+#include "controller/cmd/kubernetes_mode.h"
 #include "controller/core/controller.h"
 #include "controller/ha/ha_replica.h"
 #include "controller/runtime/grpc_share_connector.h"
@@ -76,9 +77,11 @@ int main(int argc, char** argv) {
   // First, while no thread exists: OpenSSL's configuration is swapped in place.
   base::OfferOnlyTls13();
   CLI::App app{
-      "share-controller runs share-manager pods as local processes and keeps each share\n"
-      "served: one active pod per volume (fenced by epochs), replaced when it dies or hangs,\n"
-      "remounted once per read-only event. Prints every share's phase as it changes.\n"
+      "share-controller keeps each share served: one active share-manager pod per volume\n"
+      "(fenced by epochs), replaced when it dies or hangs, remounted once per read-only\n"
+      "event. Pods are Kubernetes pods (--kubernetes: shares are ShareManager objects) or\n"
+      "local processes (shares from flags, a store file or etcd). Prints every share's\n"
+      "phase as it changes.\n"
       "Exit codes: 0 stopped by a signal; 1 failed, or another share-controller holds the\n"
       "store file or work dir, or etcd cannot be reached; 2 bad flags or an unusable file\n"
       "(an unreadable store); 3 lost the leadership (--store etcd://), pods left running."};
@@ -164,6 +167,8 @@ int main(int argc, char** argv) {
   base::AddTlsFlags(app, tls, base::TlsRole::kClient);
   controller::HaFlags ha_flags;
   controller::AddHaFlags(app, ha_flags);
+  controller::kubernetes::KubernetesFlags k8s;
+  controller::kubernetes::AddKubernetesFlags(app, k8s);
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics (default: off)");
@@ -176,6 +181,21 @@ int main(int argc, char** argv) {
   }
   // Its log lines; a bad flag still gets one plain line on stderr and exit 2.
   if (log_format == "json") base::UseJsonLogs("share-controller", {});
+  if (auto s = controller::kubernetes::CheckKubernetesFlags(app, k8s); !s.ok()) {
+    std::cerr << "share-controller: " << s.message() << "\n";
+    return 2;
+  }
+  // A template that cannot make a pod stops the controller here, naming the
+  // field, rather than every share's pod failing the same way later.
+  std::optional<controller::kubernetes::PodTemplate> pod_template;
+  if (k8s.enabled) {
+    auto loaded = controller::kubernetes::LoadPodTemplate(k8s.pod_template);
+    if (!loaded.ok()) {
+      std::cerr << "share-controller: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    pod_template = *std::move(loaded);
+  }
 
   if (!shares_file.empty()) {
     auto content = base::ReadFile(shares_file);
@@ -271,7 +291,7 @@ int main(int argc, char** argv) {
   // (and epochs): locked before it is read, held until exit. The work dir is
   // the runtime's to lock (below): two controllers on it would run two pods
   // per volume.
-  if (auto s = base::EnsureDirectory(work_dir, 0755); !s.ok()) {
+  if (auto s = k8s.enabled ? absl::OkStatus() : base::EnsureDirectory(work_dir, 0755); !s.ok()) {
     std::cerr << "share-controller: --work-dir: " << s.message() << "\n";
     return 1;
   }
@@ -295,7 +315,15 @@ int main(int argc, char** argv) {
   } printed;
   std::unique_ptr<controller::Store> store;
   controller::EtcdStore* etcd_store = nullptr;
-  if (etcd_url) {
+  std::unique_ptr<controller::kubernetes::KubernetesBackends> kubernetes;
+  if (k8s.enabled) {
+    auto opened = controller::kubernetes::OpenKubernetes(k8s, *std::move(pod_template));
+    if (!opened.ok()) {
+      std::cerr << "share-controller: " << opened.status().message() << "\n";
+      return 1;
+    }
+    kubernetes = *std::move(opened);
+  } else if (etcd_url) {
     auto client = etcd::EtcdClient::Create({.endpoints = etcd_url->endpoints,
                                             .call_timeout = etcd_call_timeout,
                                             .security = *etcd_security});
@@ -335,7 +363,8 @@ int main(int argc, char** argv) {
     const auto lease_flags = replica->PodDaemonFlags();
     daemon_flags.insert(daemon_flags.begin(), lease_flags.begin(), lease_flags.end());
   }
-  controller::Store& acting_store = replica ? replica->acting_store() : *store;
+  controller::Store& the_store = kubernetes ? *kubernetes->store : *store;
+  controller::Store& acting_store = replica ? replica->acting_store() : the_store;
   for (const auto& volume : shares) {
     v1::ShareRecord record;
     record.set_name(volume);
@@ -371,27 +400,41 @@ int main(int argc, char** argv) {
   options.watch_security = *security;
   if (metrics) options.hooks = metrics->Hooks();
   // Holds the work dir until exit: another share-controller on it is refused.
-  auto opened =
-      controller::LocalPodRuntime::Open({.share_manager_binary = binary,
-                                         .work_dir = work_dir,
-                                         .daemon_flags = daemon_flags,
-                                         .termination_grace = std::chrono::milliseconds(
-                                             ParseMs("--termination-grace", termination_grace)),
-                                         .ephemeral = ephemeral_pods,
-                                         .stop_pods_on_exit = stop_pods_on_exit,
-                                         .port_range = *ports,
-                                         .lock_holder = "share-controller",
-                                         .share_work_dir = replica != nullptr});
-  if (!opened.ok()) {
-    std::cerr << "share-controller: " << opened.status().message() << "\n";
-    return 1;
+  std::unique_ptr<controller::LocalPodRuntime> local_runtime;
+  if (!kubernetes) {
+    auto opened =
+        controller::LocalPodRuntime::Open({.share_manager_binary = binary,
+                                           .work_dir = work_dir,
+                                           .daemon_flags = daemon_flags,
+                                           .termination_grace = std::chrono::milliseconds(
+                                               ParseMs("--termination-grace", termination_grace)),
+                                           .ephemeral = ephemeral_pods,
+                                           .stop_pods_on_exit = stop_pods_on_exit,
+                                           .port_range = *ports,
+                                           .lock_holder = "share-controller",
+                                           .share_work_dir = replica != nullptr});
+    if (!opened.ok()) {
+      std::cerr << "share-controller: " << opened.status().message() << "\n";
+      return 1;
+    }
+    local_runtime = *std::move(opened);
   }
-  controller::LocalPodRuntime& runtime = **opened;
+  controller::PodRuntime& runtime =
+      kubernetes ? static_cast<controller::PodRuntime&>(*kubernetes->runtime) : *local_runtime;
   controller::PodRuntime& acting_runtime = replica ? replica->Acting(runtime) : runtime;
+  // Kubernetes pods outlive share-controller; local ones go as it says.
+  auto stop_runtime = [&](bool leave_pods) {
+    if (!local_runtime) return;
+    if (leave_pods) {
+      local_runtime->ShutdownLeavingPods();
+    } else {
+      local_runtime->Shutdown();
+    }
+  };
 
   // Print phase changes as they are recorded.
-  store->Watch([&](const std::string& name) {
-    auto record = store->Get(name);
+  the_store.Watch([&](const std::string& name) {
+    auto record = the_store.Get(name);
     if (!record.ok()) return;
     const auto& st = record->status();
     const std::string line =
@@ -417,7 +460,7 @@ int main(int argc, char** argv) {
     if (!endpoint.ok()) {
       std::cerr << "share-controller: --metrics-listen: " << endpoint.status().message()
                 << " (pods left running)\n";
-      runtime.ShutdownLeavingPods();
+      stop_runtime(true);
       return 1;
     }
     metrics_endpoint = *std::move(endpoint);
@@ -426,20 +469,25 @@ int main(int argc, char** argv) {
   }
   if (auto s = controller.Start(); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << " (pods left running)\n";
-    runtime.ShutdownLeavingPods();
+    stop_runtime(true);
     return 1;
   }
-  spdlog::info("controlling {} share(s); share-manager: {}; work dir: {}", shares.size(), binary,
-               work_dir);
+  if (kubernetes) {
+    spdlog::info("controlling the ShareManagers of namespace {}", kubernetes->namespace_name);
+  } else {
+    spdlog::info("controlling {} share(s); share-manager: {}; work dir: {}", shares.size(), binary,
+                 work_dir);
+  }
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("received signal {}; stopping ({})", sig,
-               stop_pods_on_exit || ephemeral_pods ? "pods are deleted" : "pods keep running");
+               !kubernetes && (stop_pods_on_exit || ephemeral_pods) ? "pods are deleted"
+                                                                    : "pods keep running");
   // In this order, nothing hears from an object already gone: the workers stop
   // (no more store writes or pod creates), then the runtime deletes its pods
   // and stops its monitor (its last notifications reach a stopped queue).
   controller.Stop();
-  runtime.Shutdown();
+  stop_runtime(false);
   // Acting has ended: a follower may take over at once.
   if (replica) replica->Resign();
   return 0;

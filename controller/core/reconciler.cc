@@ -191,7 +191,8 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   if (IsDead(pod->phase)) {
     SetPhase(st, v1::ERROR,
              absl::StrCat("pod ", pod->name, " ", PodPhaseName(pod->phase), " with exit code ",
-                          pod->exit_code));
+                          pod->exit_code,
+                          pod->termination_message.empty() ? "" : ": ", pod->termination_message));
     SetCondition(st, condition::kPodReady, false, std::string(PodPhaseName(pod->phase)),
                  st.reason(), now.wall_ms);
     keep_condemned();

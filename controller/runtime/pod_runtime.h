@@ -28,6 +28,9 @@ struct Pod {
   // NFS port the pod serves on.
   uint16_t nfs_port = 0;
   int exit_code = 0;  // for Succeeded/Failed
+  // Why it ended, in its own words (Kubernetes' termination message: the
+  // last line share-manager logged); empty when the runtime has none.
+  std::string termination_message;
   // Delete has started and some of the pod's processes are still alive; the
   // pod stays listed until every one of them is gone.
   bool terminating = false;

@@ -140,7 +140,7 @@ absl::StatusOr<uint64_t> SimulatedCluster::Mount(const Pod& pod, uint64_t epoch,
   return sim.handled_generation;
 }
 
-void SimulatedCluster::Kill(const std::string& name, int exit_code) {
+void SimulatedCluster::Kill(const std::string& name, int exit_code, const std::string& message) {
   std::string volume;
   {
     absl::MutexLock lock(&mu_);
@@ -148,6 +148,7 @@ void SimulatedCluster::Kill(const std::string& name, int exit_code) {
     if (it == pods_.end()) return;
     it->second.pod.phase = exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
     it->second.pod.exit_code = exit_code;
+    it->second.pod.termination_message = message;
     volume = it->second.pod.volume;
   }
   listeners_.Notify(volume);

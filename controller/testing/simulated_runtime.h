@@ -60,7 +60,8 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   absl::StatusOr<uint64_t> Mount(const Pod& pod, uint64_t epoch, uint64_t generation) override;
 
   // Test controls.
-  void Kill(const std::string& pod, int exit_code = 3);
+  // The pod ends with `exit_code` and, as Kubernetes reports it, `message`.
+  void Kill(const std::string& pod, int exit_code = 3, const std::string& message = "");
   void Freeze(const std::string& pod, bool frozen);
   void SetReadOnly(const std::string& pod, bool read_only);
   // A repair starts now; while it runs the pod is not SERVING and refuses Mount.

@@ -65,12 +65,15 @@ TEST_CASE(
   REQUIRE(sim.Get("vol").status().remount_requested_generation() == 1);
   sim.clock.Advance(10'000);  // past the remount gate
   sim.cluster.rpc_faults().Randomize(1, 1.0);
-  sim.cluster.Kill(sim.CurrentPod("vol"), 3);  // ganesha died for good: share-manager exited 3
+  // ganesha died for good: share-manager exited 3, saying why.
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3, "exiting with code 3: ganesha died 6 times");
 
   sim.Pass("vol");
   const auto after = sim.Get("vol");
   CHECK(after.status().phase() == pb::ERROR);
-  CHECK(after.status().reason().find("Failed with exit code 3") != std::string::npos);
+  CHECK(after.status().reason() == "pod " + PodName("vol", 1) +
+                                       " Failed with exit code 3: exiting with code 3: ganesha "
+                                       "died 6 times");
   CHECK(sim.cluster.LivePods("vol") == 0);  // the dead pod was deleted in the same pass
 
   sim.Pass("vol");  // replacement, fenced by a new epoch recorded first

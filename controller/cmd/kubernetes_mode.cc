@@ -1,0 +1,100 @@
+#include "controller/cmd/kubernetes_mode.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/files.h"
+#include "kube/config.h"
+#include "kube/yaml.h"
+
+namespace controller::kubernetes {
+
+void AddKubernetesFlags(CLI::App& app, KubernetesFlags& flags) {
+  app.add_flag("--kubernetes", flags.enabled,
+               "Run on Kubernetes: shares are ShareManager objects (deploy/base/crd.yaml) in "
+               "--namespace, pods are made through the API from --pod-template; instead of "
+               "--share, the store flags and local processes");
+  app.add_option("--kubeconfig", flags.kubeconfig,
+                 "With --kubernetes: the kubeconfig to use (default: $KUBECONFIG, else the pod's "
+                 "service account)");
+  app.add_option("--namespace", flags.namespace_name,
+                 "With --kubernetes: the namespace of the shares and their pods (default: the "
+                 "kubeconfig context's, or the pod's own)");
+  app.add_option("--pod-template", flags.pod_template,
+                 "With --kubernetes: the share-manager pod manifest each share's pod is made "
+                 "from (container/k8s/share-manager-pod.yaml, or your own)");
+}
+
+absl::Status CheckKubernetesFlags(const CLI::App& app, const KubernetesFlags& flags) {
+  if (!flags.enabled) {
+    for (const char* own : {"--kubeconfig", "--namespace", "--pod-template"}) {
+      if (app.count(own) > 0)
+        return absl::InvalidArgumentError(absl::StrCat(own, " needs --kubernetes"));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::string> local;
+  for (const char* flag : {"--share", "--shares-file", "--store-file", "--store", "--work-dir",
+                           "--share-manager-binary", "--daemon-flag", "--ephemeral-pods",
+                           "--stop-pods-on-exit", "--termination-grace", "--port-range"}) {
+    if (app.count(flag) > 0) local.push_back(flag);
+  }
+  if (!local.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kubernetes keeps shares as ShareManager objects and makes pods from --pod-template: ",
+        absl::StrJoin(local, ", "), local.size() == 1 ? " does" : " do",
+        " not apply (a pod's flags go in the template's args or a share's spec.daemonFlags)"));
+  }
+  if (flags.pod_template.empty()) {
+    return absl::InvalidArgumentError("--kubernetes needs --pod-template");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PodTemplate> LoadPodTemplate(const std::string& path) {
+  auto text = base::ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pod-template ", path, ": ", text.status().message()));
+  }
+  auto manifest = kube::YamlToJson(*text, path);
+  if (!manifest.ok()) return manifest.status();
+  auto parsed = PodTemplate::Parse(*std::move(manifest));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pod-template ", path, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+KubernetesBackends::~KubernetesBackends() {
+  runtime.reset();
+  store.reset();
+}
+
+absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const KubernetesFlags& flags,
+                                                                   PodTemplate pod_template) {
+  auto config = kube::ConfigFromEnvironment(flags.kubeconfig);
+  if (!config.ok()) return config.status();
+  auto backends = std::make_unique<KubernetesBackends>();
+  backends->namespace_name =
+      flags.namespace_name.empty() ? config->default_namespace : flags.namespace_name;
+  const std::string source = config->source;
+  auto client = kube::Client::Create(*std::move(config));
+  if (!client.ok()) return client.status();
+  backends->client = *std::move(client);
+  spdlog::info("Kubernetes API at {} ({}), namespace {}", backends->client->config().server, source,
+               backends->namespace_name);
+  auto store =
+      KubernetesStore::Open(*backends->client, {.namespace_name = backends->namespace_name});
+  if (!store.ok()) return store.status();
+  backends->store = *std::move(store);
+  auto runtime = KubernetesPodRuntime::Open(*backends->client, std::move(pod_template),
+                                            {.namespace_name = backends->namespace_name});
+  if (!runtime.ok()) return runtime.status();
+  backends->runtime = *std::move(runtime);
+  return backends;
+}
+
+}  // namespace controller::kubernetes

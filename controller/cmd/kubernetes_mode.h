@@ -1,0 +1,52 @@
+// share-controller --kubernetes: shares are ShareManager objects of one
+// namespace and pods are made through the API from a pod template, instead
+// of flags, a store file or etcd, and local processes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/runtime/kubernetes/kubernetes_pod_runtime.h"
+#include "controller/runtime/kubernetes/pod_template.h"
+#include "controller/store/kubernetes/kubernetes_store.h"
+#include "kube/client.h"
+
+namespace controller::kubernetes {
+
+struct KubernetesFlags {
+  bool enabled = false;
+  std::string kubeconfig;
+  std::string namespace_name;
+  std::string pod_template;
+};
+
+void AddKubernetesFlags(CLI::App& app, KubernetesFlags& flags);
+
+// The flags of the one-machine modes (shares, store, work dir, local pods)
+// that make no sense with --kubernetes, and --kubernetes' own without it:
+// InvalidArgument naming them.
+absl::Status CheckKubernetesFlags(const CLI::App& app, const KubernetesFlags& flags);
+
+// The pod template file, read and checked: InvalidArgument naming the file
+// and the field.
+absl::StatusOr<PodTemplate> LoadPodTemplate(const std::string& path);
+
+// What --kubernetes runs on, in the order it must be torn down (the store
+// and runtime stop their informers before the client goes).
+struct KubernetesBackends {
+  std::unique_ptr<kube::Client> client;
+  std::string namespace_name;
+  std::unique_ptr<KubernetesStore> store;
+  std::unique_ptr<KubernetesPodRuntime> runtime;
+  ~KubernetesBackends();
+};
+
+// Connects (the kubeconfig, $KUBECONFIG, or the pod's service account) and
+// opens the store and the runtime: UNAVAILABLE (or the apiserver's refusal)
+// naming the server and the namespace when it cannot list.
+absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const KubernetesFlags& flags,
+                                                                   PodTemplate pod_template);
+
+}  // namespace controller::kubernetes

@@ -1,0 +1,163 @@
+#include "controller/runtime/kubernetes/pod_template.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller/runtime/pod_runtime.h"
+#include "controller/store/kubernetes/share_object.h"
+
+namespace controller::kubernetes {
+namespace {
+
+using nlohmann::json;
+
+// The claim and device of the share's block volume, by this name in the
+// template's volumes and the container's volumeDevices.
+constexpr char kDataVolume[] = "data";
+constexpr char kVolumeArg[] = "--volume=";
+constexpr char kEpochArg[] = "--epoch=";
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("pod template ", field, ": ", why));
+}
+
+// The index of the element of `list` whose "name" is `name`; -1 when none.
+int Named(const json& list, const std::string& name) {
+  if (!list.is_array()) return -1;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].is_object() && list[i].value("name", "") == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+absl::StatusOr<uint16_t> PortNamed(const json& container, const std::string& name,
+                                   const std::string& field) {
+  const json ports = container.value("ports", json::array());
+  const int i = Named(ports, name);
+  if (i < 0) return Bad(field + ".ports", absl::StrCat("no port named '", name, "'"));
+  const json& port = ports[static_cast<size_t>(i)]["containerPort"];
+  if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535) {
+    return Bad(absl::StrCat(field, ".ports[", name, "].containerPort"), "not a port (1-65535)");
+  }
+  return static_cast<uint16_t>(port.get<int64_t>());
+}
+
+json& Container(json& pod) {
+  json& containers = pod["spec"]["containers"];
+  return containers[static_cast<size_t>(Named(containers, kContainerName))];
+}
+
+json OwnerReferences(const Owner& owner) {
+  return json::array({{{"apiVersion", absl::StrCat(kGroup, "/", kVersion)},
+                       {"kind", kKind},
+                       {"name", owner.name},
+                       {"uid", owner.uid},
+                       {"controller", true},
+                       {"blockOwnerDeletion", true}}});
+}
+
+}  // namespace
+
+absl::StatusOr<PodTemplate> PodTemplate::Parse(json manifest) {
+  if (!manifest.is_object()) return Bad("(document)", "not an object");
+  if (manifest.value("apiVersion", "") != "v1" || manifest.value("kind", "") != "Pod") {
+    return Bad("kind", "not a v1 Pod");
+  }
+  const json spec = manifest.value("spec", json::object());
+  // A restart in place would bring a replaced epoch back behind the
+  // controller's back: a pod that ends stays ended, and the controller decides.
+  if (spec.value("restartPolicy", "") != "Never") {
+    return Bad("spec.restartPolicy", "must be Never: the controller replaces a pod that ends");
+  }
+  const json containers = spec.value("containers", json::array());
+  const int index = Named(containers, kContainerName);
+  const std::string field = absl::StrCat("spec.containers[", kContainerName, "]");
+  if (index < 0) return Bad("spec.containers", absl::StrCat("no container named ", kContainerName));
+  const json& container = containers[static_cast<size_t>(index)];
+  const json args = container.value("args", json::array());
+  int volume_args = 0;
+  int epoch_args = 0;
+  for (const auto& arg : args) {
+    if (!arg.is_string()) return Bad(field + ".args", "not a list of strings");
+    volume_args += absl::StartsWith(arg.get<std::string>(), kVolumeArg);
+    epoch_args += absl::StartsWith(arg.get<std::string>(), kEpochArg);
+  }
+  if (volume_args != 1 || epoch_args != 1) {
+    return Bad(field + ".args", absl::StrCat("needs exactly one ", kVolumeArg, "... and one ",
+                                             kEpochArg, "... (the share's, set per pod)"));
+  }
+  if (Named(container.value("volumeDevices", json::array()), kDataVolume) < 0) {
+    return Bad(field + ".volumeDevices", absl::StrCat("no device of volume '", kDataVolume, "'"));
+  }
+  const json volumes = spec.value("volumes", json::array());
+  const int data = Named(volumes, kDataVolume);
+  if (data < 0 || !volumes[static_cast<size_t>(data)].contains("persistentVolumeClaim")) {
+    return Bad("spec.volumes",
+               absl::StrCat("no volume '", kDataVolume, "' from a persistentVolumeClaim"));
+  }
+  auto grpc = PortNamed(container, "grpc", field);
+  if (!grpc.ok()) return grpc.status();
+  auto nfs = PortNamed(container, "nfs", field);
+  if (!nfs.ok()) return nfs.status();
+  int64_t grace = 30;  // Kubernetes' default
+  if (const auto it = spec.find("terminationGracePeriodSeconds"); it != spec.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return Bad("spec.terminationGracePeriodSeconds", "not a number of seconds");
+    }
+    grace = it->get<int64_t>();
+  }
+  PodTemplate parsed(std::move(manifest));
+  parsed.grpc_port_ = *grpc;
+  parsed.nfs_port_ = *nfs;
+  parsed.grace_period_seconds_ = grace;
+  return parsed;
+}
+
+json PodTemplate::RenderPod(const sharemanager::controller::v1::ShareSpec& spec, uint64_t epoch,
+                            const Owner& owner) const {
+  json pod = manifest_;
+  json& metadata = pod["metadata"];
+  metadata.erase("namespace");  // the runtime's: the pod is created in its namespace
+  metadata["name"] = PodName(spec.volume(), epoch);
+  json& labels = metadata["labels"];
+  if (!labels.is_object()) labels = json::object();
+  labels[kAppLabel] = kAppName;
+  labels[kVolumeLabel] = spec.volume();
+  labels[kEpochLabel] = std::to_string(epoch);
+  metadata["ownerReferences"] = OwnerReferences(owner);
+
+  json& container = Container(pod);
+  json& args = container["args"];
+  for (auto& arg : args) {
+    const std::string text = arg.get<std::string>();
+    if (absl::StartsWith(text, kVolumeArg)) arg = absl::StrCat(kVolumeArg, spec.volume());
+    if (absl::StartsWith(text, kEpochArg)) arg = absl::StrCat(kEpochArg, epoch);
+  }
+  for (const auto& flag : spec.daemon_flags()) args.push_back(flag);
+  json& devices = container["volumeDevices"];
+  devices[static_cast<size_t>(Named(devices, kDataVolume))]["devicePath"] =
+      absl::StrCat("/dev/longhorn/", spec.volume());  // the daemon's default --device
+  json& volumes = pod["spec"]["volumes"];
+  volumes[static_cast<size_t>(Named(volumes, kDataVolume))]["persistentVolumeClaim"]["claimName"] =
+      spec.volume();
+  return pod;
+}
+
+json PodTemplate::RenderService(const std::string& volume, const Owner& owner) const {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", volume},
+            {"labels", {{kAppLabel, kAppName}, {kVolumeLabel, volume}}},
+            {"ownerReferences", OwnerReferences(owner)}}},
+          {"spec",
+           {{"type", "ClusterIP"},
+            {"selector", {{kAppLabel, kAppName}, {kVolumeLabel, volume}}},
+            {"ports", json::array({{{"name", "nfs"},
+                                    {"port", nfs_port_},
+                                    {"targetPort", "nfs"},
+                                    {"protocol", "TCP"}}})}}}};
+}
+
+}  // namespace controller::kubernetes
