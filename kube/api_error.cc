@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kube/object.h"
 
 namespace kube {
 namespace {
@@ -38,11 +39,6 @@ absl::StatusCode CodeFor(long http_status, const std::string& reason) {
   return absl::StatusCode::kFailedPrecondition;
 }
 
-std::string StringField(const nlohmann::json& object, const char* key) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // "field: message" for each cause a 422 names (the fields that failed validation).
 std::string Causes(const nlohmann::json& status) {
   const auto details = status.find("details");
@@ -52,8 +48,8 @@ std::string Causes(const nlohmann::json& status) {
   std::vector<std::string> parts;
   for (const auto& cause : *causes) {
     if (!cause.is_object()) continue;
-    const std::string field = StringField(cause, "field");
-    const std::string message = StringField(cause, "message");
+    const std::string field = StringAt(cause, {"field"});
+    const std::string message = StringAt(cause, {"message"});
     parts.push_back(field.empty() ? message : absl::StrCat(field, ": ", message));
   }
   return absl::StrJoin(parts, "; ");
@@ -61,8 +57,8 @@ std::string Causes(const nlohmann::json& status) {
 
 absl::Status FromStatusObject(absl::string_view what, long http_status,
                               const nlohmann::json& status) {
-  const std::string reason = StringField(status, "reason");
-  std::string message = StringField(status, "message");
+  const std::string reason = StringAt(status, {"reason"});
+  std::string message = StringAt(status, {"message"});
   if (http_status == 422) {
     const std::string causes = Causes(status);
     if (!causes.empty()) absl::StrAppend(&message, " [", causes, "]");
@@ -77,7 +73,7 @@ absl::Status FromStatusObject(absl::string_view what, long http_status,
 
 absl::Status ApiError(absl::string_view what, long http_status, absl::string_view body) {
   const auto status = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (status.is_object() && StringField(status, "kind") == "Status") {
+  if (status.is_object() && StringAt(status, {"kind"}) == "Status") {
     return FromStatusObject(what, http_status, status);
   }
   // Not the apiserver's own answer (a proxy's page, a load balancer's): its

@@ -16,6 +16,11 @@
 namespace kube {
 namespace {
 
+// The most an answer (or one watch event) may hold. The apiserver's own
+// limit on an object is about 3 MiB (etcd's); a list of a namespace's pods
+// stays far below this.
+constexpr size_t kMaxResponseBytes = size_t{256} << 20;
+
 // The client ends a watch this long after the apiserver should have.
 constexpr std::chrono::seconds kWatchGrace{30};
 
@@ -97,6 +102,13 @@ size_t Client::OnWrite(char* data, size_t size, size_t count, void* user) {
       request.stream_status = request.on_bytes(absl::string_view(data, length));
       return request.stream_status.ok() ? length : 0;  // 0: curl ends the transfer
     }
+  }
+  // An answer no apiserver gives (a misrouted or hostile server): bounded,
+  // so it cannot take the controller's memory.
+  if (request.response.size() + length > kMaxResponseBytes) {
+    request.stream_status = absl::UnavailableError(
+        absl::StrCat(request.what(), ": the answer exceeds ", kMaxResponseBytes, " bytes"));
+    return 0;
   }
   request.response.append(data, length);
   return length;
@@ -263,11 +275,25 @@ absl::StatusOr<ListResult> Client::List(const std::string& path, const std::stri
       .cancel = cancel};
   auto list = Call(request);
   if (!list.ok()) return list.status();
+  // Anything but a list with its version is no answer: taken as an empty
+  // list, it would report every object deleted, and a watch from no version
+  // would miss what changed meanwhile.
   ListResult result;
+  const auto kind = list->find("kind");
+  if (kind == list->end() || !kind->is_string() ||
+      !absl::EndsWith(kind->get<std::string>(), "List")) {
+    return absl::UnavailableError(absl::StrCat(request.what(), ": the answer is no list"));
+  }
   const auto metadata = list->find("metadata");
-  if (metadata != list->end() && metadata->contains("resourceVersion") &&
-      (*metadata)["resourceVersion"].is_string()) {
-    result.resource_version = (*metadata)["resourceVersion"].get<std::string>();
+  if (metadata != list->end() && metadata->is_object()) {
+    const auto version = metadata->find("resourceVersion");
+    if (version != metadata->end() && version->is_string()) {
+      result.resource_version = version->get<std::string>();
+    }
+  }
+  if (result.resource_version.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(request.what(), ": the list has no resourceVersion"));
   }
   const auto items = list->find("items");
   if (items != list->end() && items->is_array()) {
@@ -283,7 +309,9 @@ absl::StatusOr<nlohmann::json> Client::Send(const char* method, const std::strin
                                             const nlohmann::json& body, const char* content_type) {
   Request request{.method = method,
                   .path = path,
-                  .body = body.dump(),
+                  // Text that is not UTF-8 (an error message quoting a
+                  // path) is sent with U+FFFD in its place, never thrown on.
+                  .body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                   .content_type = content_type,
                   .timeout = options_.request_timeout};
   return Call(request);
@@ -335,6 +363,10 @@ absl::Status Client::Watch(const std::string& path, const WatchOptions& options,
   const std::string what = request.what();
   LineSplitter lines;
   request.on_bytes = [&](absl::string_view bytes) -> absl::Status {
+    if (lines.pending() + bytes.size() > kMaxResponseBytes) {
+      return absl::UnavailableError(
+          absl::StrCat(what, ": a watch event longer than ", kMaxResponseBytes, " bytes"));
+    }
     for (const std::string& line : lines.Feed(bytes)) {
       auto event = ParseWatchEvent(line);
       if (!event.ok()) {

@@ -6,19 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "kube/api_error.h"
 #include "kube/backoff.h"
+#include "kube/object.h"
 #include "spdlog/spdlog.h"
 
 namespace kube {
-namespace {
-
-std::string MetadataString(const nlohmann::json& object, const char* key) {
-  const auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) return "";
-  const auto value = metadata->find(key);
-  return value != metadata->end() && value->is_string() ? value->get<std::string>() : "";
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string ObjectKey(const nlohmann::json& object) {
   const std::string ns = MetadataString(object, "namespace");

@@ -191,8 +191,8 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   if (IsDead(pod->phase)) {
     SetPhase(st, v1::ERROR,
              absl::StrCat("pod ", pod->name, " ", PodPhaseName(pod->phase), " with exit code ",
-                          pod->exit_code,
-                          pod->termination_message.empty() ? "" : ": ", pod->termination_message));
+                          pod->exit_code, pod->termination_message.empty() ? "" : ": ",
+                          pod->termination_message));
     SetCondition(st, condition::kPodReady, false, std::string(PodPhaseName(pod->phase)),
                  st.reason(), now.wall_ms);
     keep_condemned();
@@ -420,7 +420,10 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   // Held before any pod is created (this write comes first), released only
   // once no pod is listed and none will be made: a store whose deletes wait
   // lets the record go then, and never while a pod may still hold the device.
-  st.set_hold_record(ShouldServe(record) || !pods->empty());
+  // A record being deleted can no longer be held anew (Kubernetes refuses a
+  // finalizer added then); it is only let go.
+  const bool may_hold = record.status().hold_record() || !record.deletion_requested();
+  st.set_hold_record(may_hold && (ShouldServe(record) || !pods->empty()));
   if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
 
   // Act. Fence first: pods of other epochs go, whatever else happens.

@@ -85,7 +85,11 @@ class PodRuntime {
   // its processes are gone, and watchers hear when it leaves the list);
   // Unavailable while a termination started earlier is still under way.
   virtual absl::Status Delete(const std::string& pod) = 0;
-  // Every pod of the volume, whatever its phase, until deleted.
+  // Every pod of the volume, whatever its phase, until deleted; a pod Create
+  // returned is listed from then on. A record whose pods are all gone may be
+  // let go (hold_record): a runtime that can lose track of a pod (a Create
+  // whose answer was lost) must make sure such a pod goes with its share
+  // (Kubernetes: its ownerReference, which the garbage collector follows).
   virtual absl::StatusOr<std::vector<Pod>> List(const std::string& volume) = 0;
   // Calls `listener` whenever a pod of some volume changes phase.
   virtual void Watch(Listener listener) = 0;

@@ -27,7 +27,8 @@ class Store {
   // spec_generation when the spec changed. Aborted (conflict) otherwise.
   virtual absl::StatusOr<ShareRecord> Update(const ShareRecord& record) = 0;
   virtual absl::Status Delete(const std::string& name) = 0;
-  // Calls `listener` (on the writer's thread) after every change.
+  // Calls `listener` after every change: on the writer's thread, or on one
+  // of the store's own (a store that hears changes by watching a server).
   virtual void Watch(Listener listener) = 0;
 };
 

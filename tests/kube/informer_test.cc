@@ -129,6 +129,37 @@ TEST_CASE("informer: 410 on the watch: listed again, every difference reported, 
   }
 }
 
+TEST_CASE("informer: an answer that is no list (after a 410) deletes nothing, and is retried") {
+  const nlohmann::json gone = {{"kind", "Status"}, {"code", 410}, {"reason", "Expired"}};
+  std::atomic<int> lists = 0;
+  Harness harness([&](const std::string& request) {
+    if (IsList(request)) {
+      switch (lists++) {
+        case 0:
+          return FakeReply{.chunks = {ListOf("10", {Object("a", "9")})}};
+        case 1:  // a misrouted answer: a 200 that is no list at all
+          return FakeReply{.chunks = {"{}"}};
+        case 2:  // a list without its version: a watch from it would miss changes
+          return FakeReply{
+              .chunks = {nlohmann::json{{"kind", "ConfigMapList"}, {"items", {}}}.dump()}};
+        default:
+          return FakeReply{.chunks = {ListOf("30", {Object("a", "9")})}};
+      }
+    }
+    if (request.find("resourceVersion=10&") != std::string::npos) {
+      return FakeReply{.status = 410, .chunks = {gone.dump()}};
+    }
+    return FakeReply{.chunks = {}, .hold = true};
+  });
+  auto informer = harness.Start();
+  REQUIRE(WaitFor([&] { return lists.load() >= 4; }, kWait));
+  REQUIRE(WaitFor([&] { return informer->counters().lists == 2; }, kWait));
+  CHECK(harness.recorder.seen() == std::vector<std::string>{"ns/a@9"});  // never "deleted"
+  CHECK(informer->Get("ns/a").has_value());
+  CHECK(informer->counters().failures >= 2);
+  informer->Stop();
+}
+
 TEST_CASE("informer: a failing list is retried after growing, jittered waits, then syncs") {
   std::atomic<int> lists = 0;
   Harness harness([&](const std::string& request) {

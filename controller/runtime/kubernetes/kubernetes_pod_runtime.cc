@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/store/kubernetes/share_object.h"
+#include "kube/object.h"
 #include "kube/paths.h"
 
 namespace controller::kubernetes {
@@ -15,13 +16,6 @@ using nlohmann::json;
 uint64_t VersionOf(const std::string& text) {
   uint64_t version = 0;
   return absl::SimpleAtoi(text, &version) ? version : 0;
-}
-
-std::string Field(const json& object, const char* a, const char* b) {
-  const auto outer = object.find(a);
-  if (outer == object.end() || !outer->is_object()) return "";
-  const auto inner = outer->find(b);
-  return inner != outer->end() && inner->is_string() ? inner->get<std::string>() : "";
 }
 
 PodPhase PhaseOf(const std::string& phase) {
@@ -43,9 +37,24 @@ json ContainerStatus(const json& pod) {
   return json::object();
 }
 
+absl::StatusOr<Pod> PodFromObjectOrThrow(const json& object, const PodTemplate& pod_template);
+
 }  // namespace
 
 absl::StatusOr<Pod> PodFromObject(const json& object, const PodTemplate& pod_template) {
+  // value() throws on a field of another type than the one asked: a pod
+  // the apiserver sent in a shape no apiserver sends is no pod of ours.
+  try {
+    return PodFromObjectOrThrow(object, pod_template);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("pod '", kube::MetadataString(object, "name"),
+                                                   "' cannot be read: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<Pod> PodFromObjectOrThrow(const json& object, const PodTemplate& pod_template) {
   const json metadata = object.value("metadata", json::object());
   const json labels = metadata.value("labels", json::object());
   Pod pod;
@@ -85,6 +94,8 @@ absl::StatusOr<Pod> PodFromObject(const json& object, const PodTemplate& pod_tem
   }
   return pod;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KubernetesPodRuntime>> KubernetesPodRuntime::Open(
     kube::Client& client, PodTemplate pod_template, KubernetesPodRuntimeOptions options) {
@@ -129,7 +140,7 @@ absl::StatusOr<Owner> KubernetesPodRuntime::OwnerOf(const std::string& volume) {
     return absl::Status(share.status().code(), absl::StrCat("the pod's owner, ", kKind, " ", volume,
                                                             ": ", share.status().message()));
   }
-  return Owner{.name = volume, .uid = Field(*share, "metadata", "uid")};
+  return Owner{.name = volume, .uid = kube::StringAt(*share, {"metadata", "uid"})};
 }
 
 absl::Status KubernetesPodRuntime::EnsureService(const std::string& volume, const Owner& owner) {
@@ -168,12 +179,13 @@ absl::StatusOr<Pod> KubernetesPodRuntime::Create(
 }
 
 std::optional<json> KubernetesPodRuntime::Latest(const std::string& name) {
-  auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
+  // The version first: the cache read after it is at least that new.
   const uint64_t seen = VersionOf(informer_->ResourceVersion());
+  auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
   absl::MutexLock lock(&mu_);
   const auto it = created_.find(name);
   if (it == created_.end()) return cached;
-  if (cached || seen >= VersionOf(Field(it->second, "metadata", "resourceVersion"))) {
+  if (cached || seen >= VersionOf(kube::StringAt(it->second, {"metadata", "resourceVersion"}))) {
     created_.erase(it);
     return cached;
   }
@@ -184,7 +196,7 @@ absl::Status KubernetesPodRuntime::Delete(const std::string& name) {
   const auto object = Latest(name);
   if (!object) return absl::OkStatus();  // gone already
   const auto deleted = client_.Delete(Path("pods", name),
-                                      {.uid = Field(*object, "metadata", "uid"),
+                                      {.uid = kube::StringAt(*object, {"metadata", "uid"}),
                                        .grace_period_seconds = template_.grace_period_seconds()});
   if (deleted.ok() || deleted.status().code() == absl::StatusCode::kNotFound) {
     return absl::OkStatus();
@@ -196,13 +208,15 @@ absl::Status KubernetesPodRuntime::Delete(const std::string& name) {
 absl::StatusOr<std::vector<Pod>> KubernetesPodRuntime::List(const std::string& volume) {
   std::map<std::string, bool> names;
   for (const json& object : informer_->List()) {
-    const json labels = object.value("metadata", json::object()).value("labels", json::object());
-    if (labels.value(kVolumeLabel, "") == volume) names[Field(object, "metadata", "name")] = true;
+    if (kube::StringAt(object, {"metadata", "labels", kVolumeLabel}) == volume) {
+      names[kube::MetadataString(object, "name")] = true;
+    }
   }
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, object] : created_) {
-      if (object["metadata"]["labels"].value(kVolumeLabel, "") == volume) names[name] = true;
+      if (kube::StringAt(object, {"metadata", "labels", kVolumeLabel}) == volume)
+        names[name] = true;
     }
   }
   std::vector<Pod> pods;
@@ -225,9 +239,7 @@ void KubernetesPodRuntime::OnChange(const std::string& key) {
   {
     absl::MutexLock lock(&mu_);
     if (object) {
-      volume = object->value("metadata", json::object())
-                   .value("labels", json::object())
-                   .value(kVolumeLabel, "");
+      volume = kube::StringAt(*object, {"metadata", "labels", kVolumeLabel});
       volume_of_[name] = volume;
     } else if (const auto it = volume_of_.find(name); it != volume_of_.end()) {
       // Gone: the object went with it, its volume was remembered.

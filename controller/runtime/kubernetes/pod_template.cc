@@ -61,6 +61,15 @@ json OwnerReferences(const Owner& owner) {
 
 absl::StatusOr<PodTemplate> PodTemplate::Parse(json manifest) {
   if (!manifest.is_object()) return Bad("(document)", "not an object");
+  // value() throws on a field of another type than the one asked.
+  try {
+    return ParseOrThrow(std::move(manifest));
+  } catch (const json::exception& e) {
+    return Bad("(document)", e.what());
+  }
+}
+
+absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
   if (manifest.value("apiVersion", "") != "v1" || manifest.value("kind", "") != "Pod") {
     return Bad("kind", "not a v1 Pod");
   }

@@ -49,6 +49,7 @@ class PodTemplate {
 
  private:
   explicit PodTemplate(nlohmann::json manifest) : manifest_(std::move(manifest)) {}
+  static absl::StatusOr<PodTemplate> ParseOrThrow(nlohmann::json manifest);
 
   nlohmann::json manifest_;
   uint16_t grpc_port_ = 0;

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "controller/store/kubernetes/share_object.h"
+#include "kube/object.h"
 #include "kube/paths.h"
 
 namespace controller::kubernetes {
@@ -18,17 +19,10 @@ uint64_t VersionOf(const std::string& text) {
 }
 
 uint64_t VersionOf(const json& object) {
-  const auto& metadata = object.find("metadata");
-  if (metadata == object.end()) return 0;
-  const auto it = metadata->find("resourceVersion");
-  return it != metadata->end() && it->is_string() ? VersionOf(it->get<std::string>()) : 0;
+  return VersionOf(kube::MetadataString(object, "resourceVersion"));
 }
 
-std::string UidOf(const json& object) {
-  const auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) return "";
-  return metadata->value("uid", "");
-}
+std::string UidOf(const json& object) { return kube::MetadataString(object, "uid"); }
 
 // A record the object can no longer be read as: the object is gone once
 // nothing holds it (deleted while no finalizer was left).
@@ -83,7 +77,9 @@ std::string KubernetesStore::Path(const std::string& name, const std::string& su
 bool KubernetesStore::Superseded(const Written& written, const std::optional<json>& cached,
                                  uint64_t seen) const {
   if (written.object.is_null()) {
-    return !cached || UidOf(*cached) != written.deleted_uid;
+    // Without the UID (an apiserver that did not say), only the object's
+    // absence from the cache ends the tombstone.
+    return !cached || (!written.deleted_uid.empty() && UidOf(*cached) != written.deleted_uid);
   }
   // Once the informer has seen the write's version, its cache has the write
   // or what came after it.
@@ -91,8 +87,10 @@ bool KubernetesStore::Superseded(const Written& written, const std::optional<jso
 }
 
 json KubernetesStore::Latest(const std::string& name) {
-  auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
+  // The version first: the cache read after it is at least that new, so a
+  // write it covers is in what the cache gives.
   const uint64_t seen = VersionOf(informer_->ResourceVersion());
+  auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
   absl::MutexLock lock(&mu_);
   if (const auto it = written_.find(name); it != written_.end()) {
     if (!Superseded(it->second, cached, seen)) return it->second.object;
@@ -104,6 +102,11 @@ json KubernetesStore::Latest(const std::string& name) {
 void KubernetesStore::Wrote(const std::string& name, json object) {
   const uint64_t version = VersionOf(object);
   absl::MutexLock lock(&mu_);
+  // Two writers in this process: the newer answer stays.
+  if (const auto it = written_.find(name); it != written_.end() && !it->second.object.is_null() &&
+                                           it->second.resource_version > version) {
+    return;
+  }
   written_[name] = {.resource_version = version, .object = std::move(object)};
 }
 
@@ -117,8 +120,8 @@ void KubernetesStore::OnChange(const std::string& key) {
   if (key.rfind(prefix, 0) != 0) return;
   const std::string name = key.substr(prefix.size());
   {
-    const auto cached = informer_->Get(key);
     const uint64_t seen = VersionOf(informer_->ResourceVersion());
+    const auto cached = informer_->Get(key);
     absl::MutexLock lock(&mu_);
     if (const auto it = written_.find(name);
         it != written_.end() && Superseded(it->second, cached, seen)) {
@@ -142,7 +145,8 @@ absl::StatusOr<ShareRecord> KubernetesStore::Get(const std::string& name) {
 
 absl::StatusOr<std::vector<ShareRecord>> KubernetesStore::List() {
   std::map<std::string, bool> names;
-  for (const json& object : informer_->List()) names[object["metadata"].value("name", "")] = true;
+  for (const json& object : informer_->List()) names[kube::MetadataString(object, "name")] = true;
+  names.erase("");
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, written] : written_) names[name] = true;
@@ -201,6 +205,8 @@ absl::StatusOr<ShareRecord> KubernetesStore::Update(const ShareRecord& record) {
     if (!written.ok()) return written.status();
     object = *std::move(written);
     next.set_resource_version(VersionOf(object));
+    // Each write that went through is read back, even when the next fails.
+    Wrote(record.name(), object);
     return absl::OkStatus();
   };
   if (spec_changes && !releases) {
@@ -212,9 +218,7 @@ absl::StatusOr<ShareRecord> KubernetesStore::Update(const ShareRecord& record) {
   if (spec_changes && releases) {
     if (auto s = write(false); !s.ok()) return s;
   }
-  auto stored = RecordFromObject(object);
-  if (stored.ok()) Wrote(record.name(), object);
-  return stored;
+  return RecordFromObject(object);
 }
 
 absl::Status KubernetesStore::Delete(const std::string& name) {
@@ -222,7 +226,7 @@ absl::Status KubernetesStore::Delete(const std::string& name) {
   if (!answer.ok()) return answer.status();
   // The object, while a finalizer holds it (deletionTimestamp set), or a
   // Status naming the UID of the one that went.
-  if (answer->value("kind", "") == kKind) {
+  if (kube::StringAt(*answer, {"kind"}) == kKind) {
     auto record = RecordFromObject(*answer);
     if (record.ok() && !Gone(*record)) {
       Wrote(name, *std::move(answer));
@@ -231,9 +235,7 @@ absl::Status KubernetesStore::Delete(const std::string& name) {
     WroteDeleted(name, UidOf(*answer));
     return absl::OkStatus();
   }
-  const auto details = answer->find("details");
-  WroteDeleted(name, details != answer->end() && details->is_object() ? details->value("uid", "")
-                                                                      : std::string());
+  WroteDeleted(name, kube::StringAt(*answer, {"details", "uid"}));
   return absl::OkStatus();
 }
 

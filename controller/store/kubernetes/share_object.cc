@@ -17,6 +17,15 @@ using nlohmann::json;
 // A cleared condition has no reason in the record; Kubernetes wants one.
 constexpr char kClearedReason[] = "Cleared";
 constexpr char kTimeFormat[] = "%Y-%m-%d%ET%H:%M:%E3SZ";
+// deploy/base/crd.yaml: a condition's message is at most this long.
+constexpr size_t kMaxMessageBytes = 32768;
+
+std::string Truncated(const std::string& text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut);
+}
 
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(kKind, " field ", field, ": ", why));
@@ -164,7 +173,10 @@ json StatusOf(const v1::ShareStatusRecord& st) {
                  {"reason", c.reason().empty() ? kClearedReason : c.reason()},
                  {"lastTransitionTime", FormatTime(c.last_transition_unix_ms())},
                  {"observedGeneration", st.observed_spec_generation()}};
-    if (!c.message().empty()) item["message"] = c.message();
+    // The schema's bound (a message quoting a long error): cut at a UTF-8
+    // character's start. Persist ignores messages, so a cut one is never
+    // rewritten for being different.
+    if (!c.message().empty()) item["message"] = Truncated(c.message(), kMaxMessageBytes);
     conditions.push_back(std::move(item));
   }
   if (!conditions.empty()) out["conditions"] = std::move(conditions);

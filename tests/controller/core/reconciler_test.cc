@@ -602,6 +602,23 @@ TEST_CASE(
   CHECK(sim.cluster.Pods("vol").empty());
 }
 
+TEST_CASE("hold_record: a record asked to go that was not held is never held anew") {
+  // As Kubernetes refuses a finalizer added to an object being deleted (a
+  // record from before holds existed, say): its pods still go.
+  Sim sim;
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  auto record = sim.Get("vol");
+  record.mutable_status()->set_hold_record(false);
+  record.set_deletion_requested(true);
+  REQUIRE(sim.memory.Update(record).ok());
+  sim.cluster.SetDeleteLag(1000);
+  sim.Pass("vol");
+  CHECK(sim.Get("vol").status().phase() == pb::STOPPING);
+  CHECK_FALSE(sim.Get("vol").status().hold_record());
+  CHECK(sim.cluster.LivePods("vol") <= 1);
+}
+
 // The repair contract (issue 9): a share-manager that answers and reports a
 // repair within the budget keeps its pod and gets nothing that touches the device.
 namespace {
