@@ -48,21 +48,43 @@ k8s_image=${SHARE_MANAGER_K8S_IMAGE:-localhost/share-manager:k8s-test}
 
 # ---------------------------------------------------------------- a share's objects
 
-# k8s_tls_secret: the share-manager-tls Secret the pod mounts (a CA, the pod's
-# certificate with DNS SAN share-manager, the CA's own certificate as ca.crt).
-k8s_tls_secret() {
-  k get secret share-manager-tls >/dev/null 2>&1 && return 0
-  local t
-  t=$(mktemp -d)
+# k8s_tls_files DIR: a throwaway CA (DIR/ca.crt, ca.key), the pods'
+# certificate with DNS SAN share-manager (DIR/tls.crt, tls.key) and the
+# controller's client certificate with DNS SAN share-controller
+# (DIR/controller/{tls.crt,tls.key,ca.crt}: a --tls-dir).
+k8s_tls_files() {
+  local d=$1 name
+  mkdir -p "$d/controller"
   openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=k8s-test-ca \
-    -keyout "$t/ca.key" -out "$t/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj /CN=share-manager -keyout "$t/tls.key" -out "$t/tls.csr" 2>/dev/null
-  printf 'subjectAltName=DNS:share-manager\nextendedKeyUsage=serverAuth\n' >"$t/ext"
-  openssl x509 -req -in "$t/tls.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial -days 1 \
-    -extfile "$t/ext" -out "$t/tls.crt" 2>/dev/null
-  k create secret generic share-manager-tls --from-file="$t/tls.crt" --from-file="$t/tls.key" \
-    --from-file="$t/ca.crt" >/dev/null
-  rm -rf "$t"
+    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+  for name in share-manager share-controller; do
+    local out=$d usage=serverAuth
+    [[ $name == share-controller ]] && out=$d/controller usage=clientAuth
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$name" -keyout "$out/tls.key" \
+      -out "$out/tls.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:%s\nextendedKeyUsage=%s\n' "$name" "$usage" >"$out/ext"
+    openssl x509 -req -in "$out/tls.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 1 -extfile "$out/ext" -out "$out/tls.crt" 2>/dev/null
+  done
+  cp "$d/ca.crt" "$d/controller/ca.crt"
+}
+
+# k8s_tls_secret [DIR]: the share-manager-tls Secret the pod mounts, from DIR
+# as k8s_tls_files made it (replacing one made before), or, without DIR,
+# from a CA of its own when there is no such Secret yet.
+k8s_tls_secret() {
+  local d=${1:-}
+  if [[ -z $d ]]; then
+    k get secret share-manager-tls >/dev/null 2>&1 && return 0
+    d=$(mktemp -d)
+    k8s_tls_files "$d"
+    k8s_tls_secret "$d"
+    rm -rf "$d"
+    return
+  fi
+  k delete secret share-manager-tls --ignore-not-found >/dev/null
+  k create secret generic share-manager-tls --from-file="$d/tls.crt" --from-file="$d/tls.key" \
+    --from-file="$d/ca.crt" >/dev/null
 }
 
 # k8s_block_volume VOLUME [SIZE [MKFS.EXT4 OPTIONS...]]: an ext4 loop device (192M

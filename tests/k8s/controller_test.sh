@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# share-controller --kubernetes on the real node, with nothing but its
+# ServiceAccount's rights (deploy/base/rbac.yaml): a ShareManager object gets
+# its pod, Ready through kubelet's probes, and SERVING in its status; NFS
+# through the share's Service; a controller restart adopts the pod; the death
+# budget spent gives a replacement under epoch+1 that serves the same data
+# through the same Service, the old pod deleted; deleting the share holds it
+# (its finalizer) until its pod is gone and the device released.
+#
+# Usage: tests/k8s/controller_test.sh   (root; a cluster up; SHARE_CONTROLLER=path)
+set -uo pipefail
+# shellcheck source=tests/k8s/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+controller_bin=${SHARE_CONTROLLER:?set SHARE_CONTROLLER to the share-controller binary}
+work=$(mktemp -d /tmp/sharemgr-k8s-ctl.XXXXXX)
+vol=pvc-ctl-a
+ctl_pid=
+stop_controller() {
+  [[ -n $ctl_pid ]] || return 0
+  kill -TERM "$ctl_pid" 2>/dev/null
+  wait "$ctl_pid" 2>/dev/null
+  ctl_pid=
+}
+cleanup() {
+  stop_controller
+  # Nothing lets the share go once the controller is gone: its finalizer
+  # goes by hand, then everything it owned.
+  k patch smgr "$vol" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+  k delete smgr "$vol" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1
+  k8s_delete_share "$vol"
+  k delete -f "$k8s_repo/deploy/base/rbac.yaml" --ignore-not-found >/dev/null 2>&1
+  k delete -f "$k8s_repo/deploy/base/crd.yaml" --ignore-not-found --wait=true >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+
+start_controller() {
+  "$controller_bin" --kubernetes --kubeconfig "$work/kubeconfig" \
+    --pod-template "$work/template.yaml" --tls-dir "$work/tls/controller" \
+    --tls-server-name share-manager >>"$work/controller.log" 2>&1 &
+  ctl_pid=$!
+}
+controlling() { grep -q "controlling the ShareManagers of namespace default" "$work/controller.log"; }
+field() { k get smgr "$vol" -o "jsonpath=$1" 2>/dev/null; }
+serving_epoch() { [[ $(field '{.status.phase} {.status.epoch}') == "RUNNING $1" ]]; }
+pod_gone() { ! k get pod "$1" >/dev/null 2>&1; }
+share_gone() { ! k get smgr "$vol" >/dev/null 2>&1; }
+service_gone() { ! k get service "$vol" >/dev/null 2>&1; }
+logged() { grep -qE -- "$1" "$work/controller.log"; }
+device_unclaimed() {
+  /usr/bin/python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))' "$1" 2>/dev/null
+}
+ended_or_new_ganesha() { # POD OLD
+  local g
+  g=$(k8s_ganesha_pid "$1")
+  [[ -n $g && $g != "$2" ]] || [[ $(k8s_phase "$1") != Running ]]
+}
+
+# The API objects, the controller's identity, its kubeconfig (a token of its
+# ServiceAccount, nothing of the admin's), the certificates and the template.
+k apply -f "$k8s_repo/deploy/base/crd.yaml" >/dev/null
+k wait --for condition=established crd/sharemanagers.share-manager.io --timeout=30s >/dev/null
+k apply -f "$k8s_repo/deploy/base/rbac.yaml" >/dev/null
+token=$(k create token share-controller --duration=1h)
+server=$(kubectl config view --raw --minify -o 'jsonpath={.clusters[0].cluster.server}')
+ca=$(kubectl config view --raw --minify --flatten -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
+cat >"$work/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: share-controller, user: {token: "$token"}}]
+contexts: [{name: test, context: {cluster: test, user: share-controller, namespace: default}}]
+current-context: test
+YAML
+k8s_tls_files "$work/tls"
+k8s_tls_secret "$work/tls"
+k8s_render share-manager-pod.yaml pvc-example 1 >"$work/template.yaml" 2>/dev/null
+device=$(k8s_block_volume "$vol") || {
+  fail "a block volume for $vol"
+  finish
+}
+payload=$work/payload
+head -c 3000 /dev/urandom >"$payload"
+
+start_controller
+check "share-controller starts with its ServiceAccount's rights" eventually 30 controlling
+# One ganesha death allowed: the second spends the budget (below).
+k apply -f - >/dev/null <<YAML
+apiVersion: share-manager.io/v1alpha1
+kind: ShareManager
+metadata: {name: $vol}
+spec: {daemonFlags: ["--max-deaths=1"]}
+YAML
+pod1=share-manager-$vol-e1
+check "the share is RUNNING under epoch 1 in its status" eventually 120 serving_epoch 1
+check "its pod $pod1 is Ready through kubelet's probes" k8s_ready "$pod1"
+check "kubectl get sharemanagers names the pod" \
+  grep -qE "^$vol +RUNNING +1 +$pod1 " <<<"$(k get smgr "$vol" --no-headers)"
+check "the share holds its finalizer while it has a pod" \
+  test "$(field '{.metadata.finalizers[0]}')" = share-manager.io/pods-gone
+share_uid=$(field '{.metadata.uid}')
+check "the pod is owned by its ShareManager" \
+  test "$(k get pod "$pod1" -o 'jsonpath={.metadata.ownerReferences[0].uid}')" = "$share_uid"
+check "so is its Service" \
+  test "$(k get service "$vol" -o 'jsonpath={.metadata.ownerReferences[0].uid}')" = "$share_uid"
+svc=$(k8s_service_ip "$vol")
+check "NFS data is written through the share's Service ($svc)" eventually 30 nfs_write "$svc" "$vol" a "$payload"
+check "and read back" nfs_same "$svc" "$vol" a "$payload"
+
+# A controller restart adopts the running pod: no churn.
+uid1=$(k get pod "$pod1" -o 'jsonpath={.metadata.uid}')
+stop_controller
+start_controller
+check "a restarted share-controller is controlling again" eventually 30 bash -c \
+  "[[ \$(grep -c 'controlling the ShareManagers' '$work/controller.log') == 2 ]]"
+sleep 5  # several passes of its resync
+check "it adopted the pod: the same UID, no other pod, epoch 1" bash -c \
+  "[[ \$(kubectl get pods -l share-manager/volume=$vol -o 'jsonpath={.items[*].metadata.uid}') == '$uid1' ]]"
+check "the share still RUNNING under epoch 1" serving_epoch 1
+
+# The death budget spent: share-manager exits 3, saying why.
+local_g=
+for _ in 1 2; do
+  local_g=$(k8s_ganesha_pid "$pod1") && [[ -n $local_g ]] && kill -KILL "$local_g"
+  eventually 20 ended_or_new_ganesha "$pod1" "$local_g"
+done
+check "the controller logs ERROR with the pod's own reason (exit 3, its termination message)" \
+  eventually 60 logged "$vol ERROR epoch=1 pod=$pod1 pod $pod1 Failed with exit code 3: exiting with code 3: "
+pod2=share-manager-$vol-e2
+check "a replacement under epoch 2 is RUNNING" eventually 120 serving_epoch 2
+check "its pod $pod2 is Ready" k8s_ready "$pod2"
+check "the old pod was deleted" eventually 60 pod_gone "$pod1"
+check "the Service kept its address" test "$(k8s_service_ip "$vol")" = "$svc"
+check "the same data reads back through it" eventually 30 nfs_same "$svc" "$vol" a "$payload"
+
+# Deleting the share: held until its pod is gone and the device released.
+k delete smgr "$vol" --wait=false >/dev/null
+check "the deleted share is held (deletionTimestamp, finalizer) while its pod exists" bash -c \
+  "[[ -n \$(kubectl get smgr $vol -o 'jsonpath={.metadata.deletionTimestamp}') ]] && kubectl get pod $pod2 >/dev/null 2>&1"
+check "its pod goes" eventually 90 pod_gone "$pod2"
+check "then the share object goes" eventually 30 share_gone
+check "the device is released (no one holds $device)" device_unclaimed "$device"
+check "the Service goes with its owner" eventually 60 service_gone
+check "the controller never crashed" kill -0 "$ctl_pid"
+if ((failures)); then
+  echo "--- share-controller's log (last 40 lines)"
+  tail -n 40 "$work/controller.log"
+fi
+finish
