@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -17,7 +16,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -26,11 +24,6 @@ namespace {
 
 absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-// Whether `host` is every address (a wildcard bind).
-bool IsWildcard(const std::string& host) {
-  return host.empty() || host == "0.0.0.0" || host == "::";
 }
 
 // TCP_LISTEN in /proc/net/tcp's "st" column.
@@ -115,7 +108,7 @@ absl::StatusOr<UniqueFd> ListenTcp(const std::string& host_port) {
     host = host.substr(1, host.size() - 2);
   }
   if (host == "localhost") host = "127.0.0.1";
-  const bool wildcard = IsWildcard(host);
+  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
   sockaddr_storage addr{};
   socklen_t len = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
@@ -163,23 +156,11 @@ std::string JoinHostPort(const std::string& host, uint16_t port) {
                                              : absl::StrCat("[", host, "]:", port);
 }
 
-namespace {
-
-// The sockets listening under `proc` (/proc/PID or /proc/self) that a
-// connection to host:port reaches, or, for a wildcard host, every socket
-// listening on the port (each would keep a wildcard bind from succeeding).
-// InvalidArgument for a host this cannot read (not an IP literal: a scoped
-// IPv6 address such as fe80::1%eth0), Unavailable when the tables cannot be
-// read.
-absl::StatusOr<std::vector<Listener>> ListenersReaching(const std::string& proc,
-                                                        const std::string& host, uint16_t port) {
-  const bool wildcard = IsWildcard(host);
+absl::Status CheckListenerOwner(pid_t pid, const std::string& host, uint16_t port) {
   in_addr v4{};
   in6_addr v6{};
   std::vector<uint8_t> want4, want6;  // host as each table spells it
-  if (wildcard) {
-    // Every listener on the port: nothing to match.
-  } else if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
     const auto* b = reinterpret_cast<const uint8_t*>(&v4);
     want4.assign(b, b + sizeof(v4));
     // As a dual-stack IPv6 socket sees an IPv4 peer: ::ffff:a.b.c.d.
@@ -198,38 +179,25 @@ absl::StatusOr<std::vector<Listener>> ListenersReaching(const std::string& proc,
   std::vector<Listener> reached;
   for (const auto& [table, want, any_size] :
        {std::tuple{"tcp", want4, size_t{4}}, std::tuple{"tcp6", want6, size_t{16}}}) {
-    if (!wildcard && want.empty() && any_size == 4) continue;
-    const std::string path = absl::StrCat(proc, "/net/", table);
+    if (want.empty() && any_size == 4) continue;
+    const std::string path = absl::StrCat("/proc/", pid, "/net/", table);
     if (access(path.c_str(), R_OK) != 0) {
       if (errno == ENOENT && any_size == 16) continue;  // a kernel without IPv6
       return Errno(absl::StrCat("cannot read ", path));
     }
     for (auto& listener : ListenersOn(path, port)) {
       const bool any = listener.address == std::vector<uint8_t>(any_size, 0);
-      if (wildcard || any || listener.address == want) reached.push_back(std::move(listener));
+      if (any || listener.address == want) reached.push_back(std::move(listener));
     }
   }
-  return reached;
-}
-
-}  // namespace
-
-absl::Status CheckListenerOwner(pid_t pid, const std::string& host, uint16_t port) {
-  // Gone (its pidfd is about to say so): whatever answered was not it.
-  const std::string proc = absl::StrCat("/proc/", pid);
-  if (access(proc.c_str(), F_OK) != 0 && errno == ENOENT) {
-    return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " is gone"));
-  }
-  auto reached = ListenersReaching(proc, host, port);
-  if (!reached.ok()) return reached.status();
   const std::string where = JoinHostPort(host, port);
-  if (reached->empty()) {
+  if (reached.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("no socket of pid ", pid, "'s network namespace listens on ", where));
   }
   auto inodes = SocketInodes(pid);
   if (!inodes.ok()) return inodes.status();
-  for (const auto& listener : *reached) {
+  for (const auto& listener : reached) {
     if (!inodes->contains(listener.inode)) {
       return absl::FailedPreconditionError(
           absl::StrCat("the socket listening on ", where, " (inode ", listener.inode,
@@ -237,33 +205,6 @@ absl::Status CheckListenerOwner(pid_t pid, const std::string& host, uint16_t por
     }
   }
   return absl::OkStatus();
-}
-
-std::string DescribeListenerHolder(const std::string& host, uint16_t port) {
-  auto reached = ListenersReaching("/proc/self", host, port);
-  if (!reached.ok() || reached->empty()) return "";
-  std::set<uint64_t> wanted;
-  for (const auto& listener : *reached) wanted.insert(listener.inode);
-  std::vector<std::string> holders;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return "";
-  while (const dirent* entry = readdir(d)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry->d_name, &pid) || pid <= 0) continue;
-    auto inodes = SocketInodes(pid);  // another user's: unreadable, passed over
-    if (!inodes.ok() || std::none_of(wanted.begin(), wanted.end(),
-                                     [&](uint64_t inode) { return inodes->contains(inode); })) {
-      continue;
-    }
-    std::ifstream comm_file(absl::StrCat("/proc/", pid, "/comm"));
-    std::string comm;
-    std::getline(comm_file, comm);
-    holders.push_back(comm.empty() ? absl::StrCat("pid ", pid)
-                                   : absl::StrCat("pid ", pid, " (", comm, ")"));
-  }
-  closedir(d);
-  if (holders.empty()) return "held by a process not visible here";
-  return absl::StrCat("held by ", absl::StrJoin(holders, ", "));
 }
 
 }  // namespace base

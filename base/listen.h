@@ -36,21 +36,11 @@ std::string JoinHostPort(const std::string& host, uint16_t port);
 // network namespace of `pid` reach `pid`: Ok when every socket listening
 // there (on that address or a wildcard one; /proc/<pid>/net/tcp and tcp6) is
 // one of pid's open files (its /proc/<pid>/fd links name the socket's inode),
-// and there is one. Sockets are told apart by inode, which the kernel
-// assigns: no answer on the wire can pass for it, and without SO_REUSEPORT
-// no other socket can listen on the same address and port at once.
-// - FailedPrecondition: it does not: a listener is another process's, there
-//   is none, or pid is gone.
-// - Any other error: it cannot be told here. InvalidArgument for an address
-//   the tables cannot be matched with (not an IP literal: a scoped IPv6
-//   address, fe80::1%eth0); Unavailable when /proc cannot be read (EACCES,
-//   a sandbox such as gVisor).
+// and there is one. FailedPrecondition saying so when a listener is another
+// process's or there is none; Unavailable when /proc cannot be read. Sockets
+// are told apart by inode, which the kernel assigns: no answer on the wire
+// can pass for it, and without SO_REUSEPORT no other socket can listen on
+// the same address and port at once.
 absl::Status CheckListenerOwner(pid_t pid, const std::string& host, uint16_t port);
-
-// Who holds the socket listening on host:port in this network namespace (a
-// wildcard host: any socket on the port), for a "port taken" message: "held
-// by pid 123 (ganesha.nfsd)", "held by a process not visible here", or ""
-// when no listener is found (or /proc cannot be read).
-std::string DescribeListenerHolder(const std::string& host, uint16_t port);
 
 }  // namespace base

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <functional>
@@ -33,9 +32,6 @@ namespace {
 
 namespace v1 = sharemanager::v1;
 
-// The calls that tell the health-only port from an older server's --listen
-// port after an UNIMPLEMENTED (at most --timeout).
-constexpr base::Duration kFollowUpTimeout{1000};
 // top refreshes no faster: each frame is a GetStatus call.
 constexpr base::Duration kMinTopInterval{100};
 // Terminal control for top's redraw: cursor home + clear, hide and show the cursor.
@@ -71,13 +67,8 @@ struct Connection {
   std::chrono::system_clock::time_point deadline;
 };
 
-// A unix socket: a bare path, or gRPC's own unix:PATH and unix:///PATH
-// (unix-abstract:NAME too), which go to gRPC as they are.
-bool IsUnixAddr(const std::string& addr) {
-  return addr.starts_with("/") || addr.starts_with("unix:") || addr.starts_with("unix-abstract:");
-}
-
 std::string TargetOf(const std::string& addr) {
+  // A bare path means a unix socket.
   return addr.starts_with("/") ? "unix:" + addr : addr;
 }
 
@@ -115,9 +106,8 @@ std::string TlsHint(const grpc::Status& status, bool tls) {
 }
 
 // --addr's port, when it has one: 1-65535 (gRPC would take 99999 modulo 65536).
-// Only HOST:PORT forms are checked; a unix socket has no port.
 absl::Status CheckAddrPort(const std::string& addr) {
-  if (IsUnixAddr(addr)) return absl::OkStatus();
+  if (addr.starts_with("/")) return absl::OkStatus();  // a unix socket
   const auto colon = addr.rfind(':');
   if (colon == std::string::npos || addr.ends_with("]")) return absl::OkStatus();  // no port
   uint32_t port = 0;
@@ -236,7 +226,7 @@ class Client {
       std::cerr << "share-manager: " << security.status().message() << "\n";
       return kClientBadArgs;
     }
-    if (security->enabled() && IsUnixAddr(flags_.addr)) {
+    if (security->enabled() && flags_.addr.starts_with("/")) {
       std::cerr << "share-manager: the unix socket is plaintext (its file mode guards it); "
                    "drop the --tls-* flags for it\n";
       return kClientBadArgs;
@@ -254,38 +244,24 @@ class Client {
                              ? "no answer within --timeout (server frozen, overloaded or "
                                "unreachable)"
                              : status.error_message();
-    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && ServesOnlyHealth(what)) {
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && ServesOnlyHealth()) {
       detail =
           "this is the health-only port (grpc.health.v1 Check only); use the address of the "
           "share-manager's --listen (or its --socket)";
     }
     std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ")
               << detail << " (gRPC code " << static_cast<int>(status.error_code()) << ")"
-              << (connected || IsUnixAddr(flags_.addr) ? "" : TlsHint(status, tls_)) << "\n";
+              << (connected || flags_.addr.starts_with("/") ? "" : TlsHint(status, tls_)) << "\n";
     return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
                                                                              : kClientUnreachable;
   }
 
-  // Whether `failed_call`'s UNIMPLEMENTED came from the health-only port
-  // (--health-listen), which serves grpc.health.v1 and nothing else. The
-  // --listen port answers health checks too: there an UNIMPLEMENTED call is
-  // one the server is too old for (trim at a share-manager without it), so
-  // it takes GetStatus itself UNIMPLEMENTED and a health Check answered. Both
-  // follow-ups share one short deadline: the connection is up already, and
-  // an error must not wait out a second --timeout.
-  bool ServesOnlyHealth(const std::string& failed_call) {
-    const auto deadline = std::chrono::system_clock::now() + std::min(timeout_, kFollowUpTimeout);
-    if (failed_call != "GetStatus") {
-      auto stub = v1::ShareManager::NewStub(channel_);
-      grpc::ClientContext context;
-      context.set_deadline(deadline);
-      v1::ShareStatus status;
-      const auto rpc = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
-      if (rpc.error_code() != grpc::StatusCode::UNIMPLEMENTED) return false;
-    }
+  // Whether the server answers grpc.health.v1 Check: then a ShareManager call
+  // it did not know reached the health-only port (--health-listen).
+  bool ServesOnlyHealth() {
     auto stub = grpc::health::v1::Health::NewStub(channel_);
     grpc::ClientContext context;
-    context.set_deadline(deadline);
+    Prepare(context);
     HealthCheckResponse response;
     return stub->Check(&context, HealthCheckRequest(), &response).ok();
   }

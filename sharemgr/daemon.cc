@@ -8,8 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <utility>
-
 #include "base/files.h"
 #include "base/fmt_absl.h"
 #include "base/listen.h"
@@ -632,47 +630,18 @@ absl::Status Daemon::CheckNfsPort() const {
   const std::string address =
       base::JoinHostPort(input.bind_address, static_cast<uint16_t>(input.nfs_port));
   if (auto free = base::CheckCanListenTcp(address); !free.ok()) {
-    const std::string holder =
-        base::DescribeListenerHolder(input.bind_address, static_cast<uint16_t>(input.nfs_port));
-    return CannotServe(
-        "NFS", "--nfs-address/--nfs-port", address,
-        holder.empty() ? free
-                       : absl::UnavailableError(absl::StrCat(free.message(), " (", holder, ")")));
+    return CannotServe("NFS", "--nfs-address/--nfs-port", address, free);
   }
   return absl::OkStatus();
 }
 
-// Every ganesha (the first, each restart) starts only on a free NFS port:
-// on a taken one it would die at its bind, and the answers of the port's
-// holder would pass for its own. What a taken port means depends on when:
-// - At the first start without a lease nothing was served yet and no
-//   ganesha of ours ever held the port: it is another server's, a setting
-//   to fix. The share fails with exit 4, as at the start-up check in Run.
-// - At a restart, or under a lease (whose older holder may serve on the
-//   port until it is fenced), the holder may be on its way out: the last
-//   ganesha SIGKILLed but stuck in the kernel (D state) with its listener
-//   still open, an older share-manager's ganesha not fenced yet. Failing the
-//   share for good would make a passing state permanent; waiting for the
-//   port would need a bound of its own, and the death budget is one
-//   already, one the operator sets and the status shows. So a taken port is
-//   a failed spawn (CanSpawn): a death, retried with the supervisor's
-//   backoff, each attempt's log line naming the port and its holder. One
-//   that stays taken spends the budget: FAILED, exit 3.
-bool Daemon::MaySpawn() {
-  if (!LeaseAllowsServing()) return false;
-  if (lease_ || !first_spawn_) return true;
+bool Daemon::NfsPortFree() {
   auto free = CheckNfsPort();
   if (free.ok()) return true;
   spdlog::error("{}", free.message());
   nfs_port_taken_ = true;
   sup_->Fail(std::string(free.message()));
   return false;
-}
-
-absl::Status Daemon::CanSpawn() {
-  // MaySpawn checked the first one without a lease just now.
-  if (std::exchange(first_spawn_, false) && !lease_) return absl::OkStatus();
-  return CheckNfsPort();
 }
 
 void Daemon::StartGanesha() {
@@ -753,7 +722,7 @@ int Daemon::Run() {
   });
   // The NFS port at once, like every other port. With a lease an older
   // holder may still serve on it until it is fenced: then only the check
-  // before each spawn applies (MaySpawn says what a taken port is then).
+  // before each spawn (NfsPortFree) applies.
   if (!config_.lease) {
     if (auto status = CheckNfsPort(); !status.ok()) {
       spdlog::error("{}", status.message());
@@ -773,9 +742,7 @@ int Daemon::Run() {
   if (!owner_) share_.SetVolumeReady([this] { return export_probe_.directory_status(); });
   sup_.emplace(
       loop_, config_.supervisor,
-      [this](pid_t pid, uint64_t spawn, base::Duration timeout) {
-        return export_probe_.Probe(pid, spawn, timeout);
-      },
+      [this](pid_t pid, base::Duration timeout) { return export_probe_.Probe(pid, timeout); },
       [this] { return share_.CheckReady(); }, clock_);
   sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
   if (metrics_) {
@@ -786,10 +753,11 @@ int Daemon::Run() {
     absl::MutexLock lock(&usage_mu_);
     usage_ = usage;
   });
-  // Every ganesha starts only under a valid lease (if any) and on a free NFS
-  // port (see MaySpawn).
-  supervisor::Supervisor::SpawnHooks spawn_hooks{.may_spawn = [this] { return MaySpawn(); },
-                                                 .can_spawn = [this] { return CanSpawn(); }};
+  // Every ganesha (the first, each restart) starts only on a free NFS port:
+  // one taken meanwhile would make it die at its bind, restart after
+  // restart, until the death budget is spent.
+  supervisor::Supervisor::SpawnHooks spawn_hooks{
+      .may_spawn = [this] { return LeaseAllowsServing() && NfsPortFree(); }};
   if (lease_) {
     // And only under a valid lease, running nothing before the fencer
     // guards it (it waits at its start gate until armed).

@@ -83,14 +83,11 @@ class Daemon {
   // lease over meanwhile) fences (posted), and the ganesha never runs.
   absl::Status ArmFencer(const supervisor::ChildProcess& ganesha);
   void OnVolumePrepared(const absl::Status& status);
-  // Whether ganesha could bind the NFS port now (nothing else holds it;
-  // the error names who does, when that can be seen here).
+  // Whether ganesha could bind the NFS port now (nothing else holds it).
   absl::Status CheckNfsPort() const;
-  // The supervisor's gates before each spawn (see Run): at the first start
-  // without a lease a taken NFS port fails the share (exit 4); at a restart
-  // or under a lease it is a failed spawn (a death, retried with backoff).
-  bool MaySpawn();
-  absl::Status CanSpawn();
+  // Before each spawn: a taken NFS port fails the share (exit 4), since
+  // every ganesha started would die at its bind.
+  bool NfsPortFree();
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
   // Everything the share and its volume contribute to the status (any thread).
@@ -150,7 +147,6 @@ class Daemon {
   bool lease_lost_ = false;
   bool volume_failed_ = false;
   bool nfs_port_taken_ = false;
-  bool first_spawn_ = true;  // no spawn was tried yet (loop thread)
   bool stuck_ = false;
 };
 

@@ -1,6 +1,5 @@
 #include "sharemgr/export_probe.h"
 
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -8,7 +7,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "base/fmt_absl.h"
 #include "base/listen.h"
 #include "supervisor/nfs_null_probe.h"
 
@@ -49,16 +47,14 @@ absl::Status ErrorAnswerStreak::Judge(absl::Status lookup, base::TimePoint now) 
 }
 
 ExportProbe::ExportProbe(std::string host, uint16_t port, std::string component,
-                         std::string directory, const base::TimeSource& clock,
-                         OwnerCheck owner_check)
+                         std::string directory, const base::TimeSource& clock)
     : host_(std::move(host)),
       port_(port),
       component_(std::move(component)),
       directory_(std::move(directory)),
-      clock_(clock),
-      owner_check_(std::move(owner_check)) {}
+      clock_(clock) {}
 
-absl::Status ExportProbe::Probe(pid_t pid, uint64_t spawn, base::Duration timeout) {
+absl::Status ExportProbe::Probe(pid_t pid, base::Duration timeout) {
   if (!directory_.empty()) {
     bool read_only = false;
     absl::Status dir = CheckDirectory(directory_, read_only);
@@ -67,27 +63,15 @@ absl::Status ExportProbe::Probe(pid_t pid, uint64_t spawn, base::Duration timeou
     read_only_ = read_only;
   }
   if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
-  if (owner_confirmed_ != spawn) {
+  if (pid != owner_confirmed_) {
     // Another server on the port (one that took it before ganesha could)
     // answers NULL too: only ganesha's own listener makes it ganesha's answer.
-    const auto owner = owner_check_(pid, host_, port_);
-    if (owner.code() == absl::StatusCode::kFailedPrecondition) {
+    if (auto owner = base::CheckListenerOwner(pid, host_, port_); !owner.ok()) {
       return absl::UnavailableError(
           absl::StrCat("NFS NULL answered on ", base::JoinHostPort(host_, port_),
                        ", but not by ganesha pid ", pid, ": ", owner.message()));
     }
-    if (owner.ok()) {
-      owner_confirmed_ = spawn;
-    } else if (!owner_unchecked_logged_) {
-      // Unknown is no impostor: counted as a miss, every probe would miss and
-      // ganesha would be killed until the death budget is spent. Not cached:
-      // a later probe that can tell does.
-      owner_unchecked_logged_ = true;
-      spdlog::warn(
-          "cannot tell which process answers NFS on {} ({}): NFS NULL answers count as ganesha's "
-          "without that check (said once)",
-          base::JoinHostPort(host_, port_), owner.message());
-    }
+    owner_confirmed_ = pid;
   }
   auto answer = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
   absl::MutexLock lock(&mu_);

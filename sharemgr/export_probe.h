@@ -9,7 +9,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -17,7 +16,6 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
-#include "base/listen.h"
 
 namespace sharemgr {
 
@@ -47,22 +45,14 @@ class ExportProbe {
   // How long ganesha may answer the LOOKUP with errors before they are misses.
   static constexpr base::Duration kLongestErrorAnswers{30'000};
 
-  // Whether the listener on host:port is pid's (base::CheckListenerOwner's
-  // answers; a test scripts them).
-  using OwnerCheck = std::function<absl::Status(pid_t pid, const std::string& host, uint16_t port)>;
-
   // `directory`: the exported directory of a directory share ("" for a block
   // device, whose VolumeMonitor probes it).
   ExportProbe(std::string host, uint16_t port, std::string component, std::string directory,
-              const base::TimeSource& clock = base::SteadyClock(),
-              OwnerCheck owner_check = base::CheckListenerOwner);
+              const base::TimeSource& clock = base::SteadyClock());
 
-  // Worker thread. `pid`: ganesha's, of the supervisor's spawn number
-  // `spawn`; an answer from any other process on the port is none
-  // (Unavailable). Where the owner cannot be checked at all (/proc
-  // unreadable, an address the check cannot read) the answer counts, as it
-  // did before there was a check: said once in the log, never a miss.
-  absl::Status Probe(pid_t pid, uint64_t spawn, base::Duration timeout);
+  // Worker thread. `pid`: ganesha's; an answer from any other process on
+  // the port is none (Unavailable).
+  absl::Status Probe(pid_t pid, base::Duration timeout);
   // Any thread.
   absl::Status export_status() const;
   absl::Status directory_status() const;
@@ -74,13 +64,9 @@ class ExportProbe {
   const std::string component_;
   const std::string directory_;
   const base::TimeSource& clock_;
-  const OwnerCheck owner_check_;
-  // The spawn whose ganesha was found to hold the listener: checked once per
-  // spawn, since ganesha keeps its listener for as long as it runs. Keyed on
-  // the spawn, not the pid: a pid may come again for another process
-  // (worker thread only).
-  std::optional<uint64_t> owner_confirmed_;
-  bool owner_unchecked_logged_ = false;  // worker thread only
+  // The ganesha found to hold the listener: checked once per pid, since
+  // ganesha keeps its listener for as long as it runs (worker thread only).
+  pid_t owner_confirmed_ = 0;
   mutable absl::Mutex mu_;
   ErrorAnswerStreak error_answers_ ABSL_GUARDED_BY(mu_){kLongestErrorAnswers};
   absl::Status export_status_ ABSL_GUARDED_BY(mu_);

@@ -151,11 +151,8 @@ void Supervisor::SpawnChild() {
   if (outcome_ || status_.state == State::kStopping || status_.state == State::kFailed) return;
   // The gate may fail the run itself (it returns false then): nothing more here.
   if (spawn_hooks_.may_spawn && !spawn_hooks_.may_spawn()) return;
-  const absl::Status can = spawn_hooks_.can_spawn ? spawn_hooks_.can_spawn() : absl::OkStatus();
-  auto child = can.ok()
-                   ? ChildProcess::Spawn(options_.command, SIGKILL, /*stdin_fd=*/-1,
-                                         spawn_hooks_.spawned ? StartGate::kHeld : StartGate::kOpen)
-                   : absl::StatusOr<ChildProcess>(can);
+  auto child = ChildProcess::Spawn(options_.command, SIGKILL, /*stdin_fd=*/-1,
+                                   spawn_hooks_.spawned ? StartGate::kHeld : StartGate::kOpen);
   // A child that never ran ganesha: as it exits when it cannot exec, unless
   // it was admitted and exited otherwise.
   ChildExit never_ran{.code = 127};
@@ -176,20 +173,14 @@ void Supervisor::SpawnChild() {
     ReportDeath(DeathCause::kSpawnFailed, *status_.last_exit, base::Clock::now(),
                 !decision.give_up);
     if (decision.give_up) {
-      machine_.TransitionTo(
-          State::kFailed,
-          absl::StrCat("cannot start ganesha: ", child.status().message(), "; ",
-                       decision.deaths_in_window, " deaths within ",
-                       base::FormatDuration(options_.restart.death_window),
-                       " exceed the budget of ", options_.restart.max_deaths, "; giving up"));
+      machine_.TransitionTo(State::kFailed,
+                            absl::StrCat("cannot start ganesha: ", child.status().message()));
       Publish();
       linger_timer_.Arm(options_.failed_linger);
       return;
     }
-    // Degraded already at a restart: the reason says why this start failed.
-    const std::string reason = absl::StrCat("cannot start ganesha: ", child.status().message(),
-                                            "; retrying in ", base::FormatDuration(decision.delay));
-    if (!machine_.TransitionTo(State::kDegraded, reason)) status_.reason = reason;
+    machine_.TransitionTo(State::kDegraded,
+                          absl::StrCat("cannot start ganesha: ", child.status().message()));
     Publish();
     restart_timer_.Arm(decision.delay);
     return;
@@ -382,13 +373,12 @@ void Supervisor::OnProbeTimer() {
   // Carried with the result: another probe may start before this one's result
   // is handled.
   const base::TimePoint sent = base::Clock::now();
-  probe_pending_ = !probe_worker_.TryRun(
-      [prober = prober_, pid = child_->pid(), instance, timeout = options_.probe_interval] {
-        return prober(pid, instance, timeout);
-      },
-      [this, instance, sent](absl::Status result) {
-        OnProbeResult(instance, sent, std::move(result));
-      });
+  probe_pending_ =
+      !probe_worker_.TryRun([prober = prober_, pid = child_->pid(),
+                             timeout = options_.probe_interval] { return prober(pid, timeout); },
+                            [this, instance, sent](absl::Status result) {
+                              OnProbeResult(instance, sent, std::move(result));
+                            });
 }
 
 void Supervisor::OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {

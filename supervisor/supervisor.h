@@ -129,9 +129,8 @@ class Supervisor {
   // miss (see HandleProbeResult), and it holds the start timeout for at most
   // another start timeout.
   // `pid`: the child it is to reach, whose answer only counts (another
-  // process answering on its port is no answer of the child's); `spawn`:
-  // which spawn that child is (counts from 1, never reused, unlike a pid).
-  using Prober = std::function<absl::Status(pid_t pid, uint64_t spawn, base::Duration timeout)>;
+  // process answering on its port is no answer of the child's).
+  using Prober = std::function<absl::Status(pid_t pid, base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
   using StatusObserver = std::function<void(const SupervisorStatus&)>;
@@ -152,11 +151,6 @@ class Supervisor {
     // skips it. A gate that says no fails or stops the run itself (e.g. the
     // serving lease ran out: the daemon fences).
     std::function<bool()> may_spawn;
-    // Asked after may_spawn said yes: an error is a spawn that failed
-    // (nothing is started), like a program that cannot be executed: a death
-    // of cause kSpawnFailed against the budget, retried after the restart
-    // policy's backoff (e.g. the NFS port is still held by another process).
-    std::function<absl::Status()> can_spawn;
     // Told of every new child right after the spawn, before it runs the
     // program (it is held at its start gate: e.g. a watchdog takes its pidfd
     // first). OK lets it run; an error cancels it (it never runs the

@@ -97,35 +97,5 @@ TEST_CASE("CheckListenerOwner: a wildcard listener counts for every address, non
         absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("CheckListenerOwner: a gone pid is no owner, an address it cannot read is no verdict") {
-  auto listener = ListenTcp("127.0.0.1:0");
-  REQUIRE(listener.ok());
-  const uint16_t port = PortOf(*listener);
-  const pid_t gone = fork();
-  REQUIRE(gone >= 0);
-  if (gone == 0) _exit(0);
-  REQUIRE(waitpid(gone, nullptr, 0) == gone);
-  const auto dead = CheckListenerOwner(gone, "127.0.0.1", port);
-  CHECK(dead.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(dead.message() == "pid " + std::to_string(gone) + " is gone");
-  // A scoped IPv6 address: not a verdict on the owner (not FailedPrecondition).
-  CHECK(CheckListenerOwner(getpid(), "fe80::1%lo", port).code() ==
-        absl::StatusCode::kInvalidArgument);
-}
-
-TEST_CASE("DescribeListenerHolder names the process holding the listener, or nothing") {
-  auto listener = ListenTcp("127.0.0.1:0");
-  REQUIRE(listener.ok());
-  const uint16_t port = PortOf(*listener);
-  CHECK(DescribeListenerHolder("127.0.0.1", port)
-            .starts_with("held by pid " + std::to_string(getpid()) + " ("));
-  const Holder other(std::move(*listener));
-  const std::string holder = "held by pid " + std::to_string(other.pid()) + " (";
-  CHECK(DescribeListenerHolder("127.0.0.1", port).starts_with(holder));
-  // A wildcard bind is kept from the port by a listener on any address.
-  CHECK(DescribeListenerHolder("0.0.0.0", port).starts_with(holder));
-  CHECK(DescribeListenerHolder("127.0.0.1", FreeLoopbackPort()).empty());
-}
-
 }  // namespace
 }  // namespace base

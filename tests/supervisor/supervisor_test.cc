@@ -46,7 +46,7 @@ class Harness {
       loop_ = &loop;
       Supervisor sup(
           loop, options,
-          [this](pid_t, uint64_t, base::Duration timeout) -> absl::Status {
+          [this](pid_t, base::Duration timeout) -> absl::Status {
             const int n = ++probes_;
             const bool answers_anyway = answer_every_ > 0 && n % answer_every_ == 0;
             if (probe_short_ && !answers_anyway) {
@@ -669,64 +669,6 @@ TEST_CASE(
   CHECK(testing_support::HoldsFor([&] { return h.history().back().pid == 0; }, milliseconds(300)));
   std::lock_guard lock(mu);
   CHECK(announced.size() == 2);
-}
-
-TEST_CASE(
-    "spawn hooks: a can_spawn error is a failed spawn: a death with backoff, retried, and a "
-    "lasting "
-    "one spends the budget") {
-  // At a restart, refused twice (a port still held, say), then allowed: two
-  // deaths of cause spawn_failed, each after the backoff, then SERVING.
-  std::atomic<int> asked{0};
-  std::mutex mu;
-  std::vector<base::TimePoint> asked_at;
-  SupervisorOptions options = FastOptions();
-  options.restart.initial_backoff = milliseconds(100);
-  options.restart.max_backoff = milliseconds(1000);
-  {
-    Harness h(options, {"sleep", "1000"}, false, nullptr, Supervisor::SpawnHooks{.can_spawn = [&] {
-                std::lock_guard lock(mu);
-                asked_at.push_back(base::Clock::now());
-                const int n = ++asked;
-                return n == 2 || n == 3 ? absl::UnavailableError("port 2049 held by pid 7 (nfsd)")
-                                        : absl::OkStatus();
-              }});
-    const pid_t first = h.WaitFor(StateIs(State::kServing)).pid;
-    kill(first, SIGKILL);
-    const auto serving = h.WaitFor(
-        [&](const SupervisorStatus& s) { return s.state == State::kServing && s.pid != first; });
-    CHECK(serving.pid > 0);
-    CHECK(asked == 4);
-    const auto deaths = h.deaths();
-    REQUIRE(deaths.size() == 3);
-    CHECK(deaths[0].cause == DeathCause::kSignaled);
-    for (const auto& death : {deaths[1], deaths[2]}) {
-      CHECK(death.cause == DeathCause::kSpawnFailed);
-      CHECK(death.restarting);
-    }
-    // DEGRADED since the kill; its reason says why the start failed.
-    const auto history = h.history();
-    CHECK(std::any_of(history.begin(), history.end(), [](const SupervisorStatus& st) {
-      return st.state == State::kDegraded &&
-             st.reason == "cannot start ganesha: port 2049 held by pid 7 (nfsd); retrying in 200ms";
-    }));
-    std::lock_guard lock(mu);
-    REQUIRE(asked_at.size() == 4);
-    CHECK(asked_at[2] - asked_at[1] >= milliseconds(100));  // the backoff, not a tight loop
-    CHECK(asked_at[3] - asked_at[2] >= milliseconds(200));
-  }
-  // Refused for good: FAILED once the budget is spent, saying why.
-  Harness h(FastOptions(), {"sleep", "1000"}, false, nullptr,
-            Supervisor::SpawnHooks{.can_spawn = [] {
-              return absl::UnavailableError("port 2049 held by pid 7 (nfsd)");
-            }});
-  const auto failed = h.WaitFor(StateIs(State::kFailed));
-  CHECK(failed.reason ==
-        "cannot start ganesha: port 2049 held by pid 7 (nfsd); 4 deaths within 10m0s exceed the "
-        "budget of 3; giving up");
-  CHECK(failed.last_exit_cause == DeathCause::kSpawnFailed);
-  CHECK(h.deaths().size() == 4);  // --max-deaths 3, and one more
-  CHECK(h.Join() == Outcome::kFailed);
 }
 
 TEST_CASE(

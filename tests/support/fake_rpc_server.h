@@ -26,12 +26,11 @@ inline std::vector<uint8_t> Words(std::initializer_list<uint32_t> words) {
   return out;
 }
 
-// An RPC server on 127.0.0.1 that answers as told, `connections` of them
-// one after the other (one unless told).
+// A one-connection RPC server on 127.0.0.1 that answers as told.
 class FakeRpcServer {
  public:
   enum class Mode { kAnswer, kSilent, kWrongXid, kDenied, kClose, kDelay };
-  explicit FakeRpcServer(Mode mode, int connections = 1) : mode_(mode), connections_(connections) {
+  explicit FakeRpcServer(Mode mode) : mode_(mode) {
     fd_.reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -41,10 +40,7 @@ class FakeRpcServer {
     REQUIRE(listen(fd_.get(), 4) == 0);
     getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
     port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] {
-      for (int i = 0; i < connections_ && Serve(); ++i) {
-      }
-    });
+    thread_ = std::thread([this] { Serve(); });
   }
   ~FakeRpcServer() {
     shutdown(fd_.get(), SHUT_RDWR);
@@ -53,8 +49,7 @@ class FakeRpcServer {
   uint16_t port() const { return port_; }
 
  private:
-  // One connection; false once shut down.
-  bool Serve() {
+  void Serve() {
     // accept4() takes its descriptor before it waits: while a test has used
     // them all up it fails at once, and is tried again.
     base::UniqueFd conn(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -62,12 +57,12 @@ class FakeRpcServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       conn.reset(accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     }
-    if (!conn) return false;  // shut down
+    if (!conn) return;  // shut down
     uint8_t call[44];
     size_t got = 0;
     while (got < sizeof(call)) {
       const ssize_t n = read(conn.get(), call + got, sizeof(call) - got);
-      if (n <= 0) return true;
+      if (n <= 0) return;
       got += static_cast<size_t>(n);
     }
     const uint32_t xid = (uint32_t{call[4]} << 24) | (uint32_t{call[5]} << 16) |
@@ -87,19 +82,17 @@ class FakeRpcServer {
         reply = Words({0x80000000u | 36, xid, 1, 0, 0, 0, 0, 10008, 0, 0});
         break;
       case Mode::kClose:
-        return true;
+        return;
       case Mode::kSilent:
         // Hold the connection open, like a SIGSTOPped ganesha whose kernel accepted it.
         char buf[1];
         (void)read(conn.get(), buf, 1);
-        return true;
+        return;
     }
     (void)write(conn.get(), reply.data(), reply.size());
-    return true;
   }
 
   Mode mode_;
-  int connections_;
   base::UniqueFd fd_;
   uint16_t port_ = 0;
   std::thread thread_;
