@@ -1,5 +1,6 @@
 #include "sharemgr/capped_listener.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/server_posix.h>
 #include <netinet/in.h>
@@ -16,15 +17,70 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/fmt_absl.h"
-#include "base/listen.h"
 
 namespace sharemgr {
 namespace {
 
 absl::Status Errno(const std::string& what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// A socket listening on HOST:PORT. A wildcard host is every address, IPv6 and
+// IPv4 alike where the host has IPv6 (what gRPC's own listener does).
+absl::StatusOr<base::UniqueFd> ListenOn(const std::string& host_port) {
+  const auto colon = host_port.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", host_port, "' is not HOST:PORT"));
+  }
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::";
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (wildcard || inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v6);
+  } else if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("'", host, "' is not an IP address"));
+  }
+  const int flags = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
+  base::UniqueFd fd(socket(addr.ss_family, flags, 0));
+  if (!fd && wildcard && errno == EAFNOSUPPORT) {  // no IPv6 here: IPv4's wildcard
+    addr = {};
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+    fd.reset(socket(AF_INET, flags, 0));
+  }
+  if (!fd) return Errno("socket");
+  const int zero = 0;
+  const int one = 1;
+  if (addr.ss_family == AF_INET6 && wildcard) {
+    setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  }
+  // As gRPC's listener: a restart binds at once despite the last run's
+  // TIME_WAIT connections; no SO_REUSEPORT, so a second process cannot.
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    return Errno(absl::StrCat("bind ", host_port));
+  }
+  if (listen(fd.get(), SOMAXCONN) != 0) return Errno(absl::StrCat("listen ", host_port));
+  return fd;
 }
 
 uint16_t BoundPort(int fd) {
@@ -60,7 +116,7 @@ std::string PinGrpcPollStrategy() {
 
 absl::StatusOr<std::unique_ptr<CappedListener>> CappedListener::Bind(
     const std::string& host_port, CappedListenerOptions options) {
-  auto fd = base::ListenTcp(host_port);
+  auto fd = ListenOn(host_port);
   if (!fd.ok()) return fd.status();
   base::UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake) return Errno("eventfd");

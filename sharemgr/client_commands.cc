@@ -8,15 +8,12 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <ctime>
-#include <functional>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -54,11 +51,6 @@ constexpr char kEpochHelp[] =
     "Fencing epoch: exactly the --epoch the share-manager runs with (leave 0 for one started "
     "without: it refuses a call that carries an epoch)";
 
-// protobuf's JSON mapping, as every proto3 reader expects it.
-constexpr char kJsonHelp[] =
-    "Print JSON (proto3 JSON mapping: field names as in the .proto, every field even when 0, "
-    "64-bit integers as strings, e.g. \"uptime_ms\":\"1500\")";
-
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
@@ -82,40 +74,20 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& addr, base::Durati
   return grpc::CreateCustomChannel(TargetOf(addr), security.credentials(), args);
 }
 
-// The hint that ends a cannot-connect error, when a TLS handshake was what
-// failed (gRPC says so in its message; a refused connection or a failed name
-// lookup never gets one). A plaintext client's connection that the server
-// drops at once ("Socket closed") is a TLS port's answer to it.
-std::string TlsHint(const grpc::Status& status, bool tls) {
-  const std::string message = absl::AsciiStrToLower(status.error_message());
-  if (tls) {
-    for (const char* sign : {"handshake", "ssl", "tsi_", "certificate", "check peer", "alpn"}) {
-      if (absl::StrContains(message, sign)) {
-        return "; with TLS: the server's certificate must chain to --tls-ca and name "
-               "--tls-server-name (default: the address's host), and the server must accept "
-               "this client's certificate";
-      }
-    }
-    return "";
-  }
-  return absl::StrContains(message, "socket closed") ||
-                 absl::StrContains(message, "connection reset")
-             ? "; if the share-manager serves TLS, pass --tls-dir (or "
-               "--tls-cert/--tls-key/--tls-ca)"
-             : "";
-}
-
-// --addr's port, when it has one: 1-65535 (gRPC would take 99999 modulo 65536).
-absl::Status CheckAddrPort(const std::string& addr) {
-  if (addr.starts_with("/")) return absl::OkStatus();  // a unix socket
-  const auto colon = addr.rfind(':');
-  if (colon == std::string::npos || addr.ends_with("]")) return absl::OkStatus();  // no port
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--addr ", base::EscapeControl(addr),
-                                                   ": the port must be a number from 1 to 65535"));
-  }
-  return absl::OkStatus();
+// Exit code for a failed call: no connection at all vs. a call that failed.
+// `hint` ends the message when there was no connection (what to check).
+int FailureCode(const grpc::Status& status, grpc::Channel& channel, const std::string& what,
+                const std::string& hint = "") {
+  const bool connected = channel.GetState(false) == GRPC_CHANNEL_READY;
+  const std::string detail = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                 ? "no answer within --timeout (server frozen, overloaded or "
+                                   "unreachable)"
+                                 : status.error_message();
+  std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ") << detail
+            << " (gRPC code " << static_cast<int>(status.error_code()) << ")"
+            << (connected ? "" : hint) << "\n";
+  return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
+                                                                           : kClientUnreachable;
 }
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -217,10 +189,6 @@ class Client {
       return kClientBadArgs;
     }
     timeout_ = *timeout;
-    if (auto port = CheckAddrPort(flags_.addr); !port.ok()) {
-      std::cerr << "share-manager: " << port.message() << "\n";
-      return kClientBadArgs;
-    }
     auto security = base::ResolveClientSecurity(flags_.tls);
     if (!security.ok()) {
       std::cerr << "share-manager: " << security.status().message() << "\n";
@@ -231,39 +199,19 @@ class Client {
                    "drop the --tls-* flags for it\n";
       return kClientBadArgs;
     }
-    tls_ = security->enabled();
+    // A failed connect says what to check: a plaintext one dropped at once is
+    // most often a TLS port; a TLS one, a certificate or name mismatch.
+    if (!security->enabled() && !flags_.addr.starts_with("/")) {
+      hint_ =
+          "; if the share-manager serves TLS, pass --tls-dir (or --tls-cert/--tls-key/--tls-ca)";
+    } else if (security->enabled()) {
+      hint_ =
+          "; with TLS: the server's certificate must chain to --tls-ca and name "
+          "--tls-server-name (default: the address's host), and the server must accept this "
+          "client's certificate";
+    }
     channel_ = MakeChannel(flags_.addr, timeout_, *security);
     return -1;
-  }
-
-  // Exit code for a failed call: no connection at all vs. a call that failed.
-  // A cannot-connect error ends with a TLS hint when the handshake failed.
-  int Failed(const grpc::Status& status, const std::string& what) {
-    const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
-    std::string detail = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                             ? "no answer within --timeout (server frozen, overloaded or "
-                               "unreachable)"
-                             : status.error_message();
-    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && ServesOnlyHealth()) {
-      detail =
-          "this is the health-only port (grpc.health.v1 Check only); use the address of the "
-          "share-manager's --listen (or its --socket)";
-    }
-    std::cerr << "share-manager: " << what << ": " << (connected ? "" : "cannot connect: ")
-              << detail << " (gRPC code " << static_cast<int>(status.error_code()) << ")"
-              << (connected || flags_.addr.starts_with("/") ? "" : TlsHint(status, tls_)) << "\n";
-    return connected && status.error_code() != grpc::StatusCode::UNAVAILABLE ? kClientRpcFailed
-                                                                             : kClientUnreachable;
-  }
-
-  // Whether the server answers grpc.health.v1 Check: then a ShareManager call
-  // it did not know reached the health-only port (--health-listen).
-  bool ServesOnlyHealth() {
-    auto stub = grpc::health::v1::Health::NewStub(channel_);
-    grpc::ClientContext context;
-    Prepare(context);
-    HealthCheckResponse response;
-    return stub->Check(&context, HealthCheckRequest(), &response).ok();
   }
 
   void Prepare(grpc::ClientContext& context) const {
@@ -277,7 +225,7 @@ class Client {
     Prepare(context);
     v1::ShareStatus status;
     const auto rpc = stub->GetStatus(&context, v1::GetStatusRequest(), &status);
-    if (!rpc.ok()) return Failed(rpc, "GetStatus");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "GetStatus", hint_);
     std::cout << (flags_.json ? ToJson(status) + "\n" : Describe(status));
     return kClientOk;
   }
@@ -327,7 +275,7 @@ class Client {
       } else {
         std::cout << "no status: " << rpc.error_message() << "\n";
         std::cout.flush();
-        code = Failed(rpc, "GetStatus");
+        code = FailureCode(rpc, *channel_, "GetStatus", hint_);
       }
       std::cout.flush();
       if (frames > 0 && frame >= frames) break;
@@ -348,17 +296,17 @@ class Client {
       bool answered = false;
       const auto rpc = WatchOnce(*stub, printed, answered);
       if (!answered) {
-        return Failed(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
-                               : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                              "no status within --timeout"),
-                      "WatchStatus");
+        return FailureCode(rpc.ok() ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no status")
+                                    : grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                                   "no status within --timeout"),
+                           *channel_, "WatchStatus", hint_);
       }
       // The server ends every connection after its maximum age (a TLS port
       // re-admits its clients so): the stream is opened again on a new one. A
       // server that is gone does not answer that one within --timeout.
       if (rpc.error_code() == grpc::StatusCode::UNAVAILABLE) continue;
       if (!rpc.ok() && rpc.error_code() != grpc::StatusCode::CANCELLED) {
-        return Failed(rpc, "WatchStatus");
+        return FailureCode(rpc, *channel_, "WatchStatus", hint_);
       }
       std::cerr << "share-manager: the status stream ended (server stopping)\n";
       return kClientOk;
@@ -410,63 +358,35 @@ class Client {
     return reader->Finish();
   }
 
-  // One unary ShareManager call, its answer printed as `text` says it, or as JSON.
-  template <typename Request, typename Response>
-  int Call(const char* what,
-           grpc::Status (v1::ShareManager::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                          Response*),
-           const Request& request, const std::function<std::string(const Response&)>& text) {
+  int Mount() {
     auto stub = v1::ShareManager::NewStub(channel_);
     grpc::ClientContext context;
     Prepare(context);
-    Response response;
-    const auto rpc = ((*stub).*method)(&context, request, &response);
-    if (!rpc.ok()) return Failed(rpc, what);
-    std::cout << (flags_.json ? ToJson(response) : text(response)) << "\n";
-    return kClientOk;
-  }
-
-  int Mount() {
     v1::MountRequest request;
     request.set_epoch(flags_.epoch);
     request.set_generation(flags_.generation);
-    return Call<v1::MountRequest, v1::MountResponse>(
-        "Mount", &v1::ShareManager::Stub::Mount, request, [](const v1::MountResponse& r) {
-          return absl::StrCat("mounted; handled remount generation ", r.handled_generation());
-        });
+    v1::MountResponse response;
+    const auto rpc = stub->Mount(&context, request, &response);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Mount", hint_);
+    std::cout << (flags_.json ? ToJson(response)
+                              : absl::StrCat("mounted; handled remount generation ",
+                                             response.handled_generation()))
+              << "\n";
+    return kClientOk;
   }
 
   int Unmount() {
+    auto stub = v1::ShareManager::NewStub(channel_);
+    grpc::ClientContext context;
+    Prepare(context);
     v1::UnmountRequest request;
     request.set_epoch(flags_.epoch);
-    return Call<v1::UnmountRequest, v1::UnmountResponse>(
-        "Unmount", &v1::ShareManager::Stub::Unmount, request,
-        [](const v1::UnmountResponse&) { return std::string("unmounted; ganesha keeps running"); });
-  }
-
-  int Trim() {
-    v1::FilesystemTrimRequest request;
-    request.set_epoch(flags_.epoch);
-    return Call<v1::FilesystemTrimRequest, v1::FilesystemTrimResponse>(
-        "FilesystemTrim", &v1::ShareManager::Stub::FilesystemTrim, request,
-        [](const v1::FilesystemTrimResponse& r) {
-          return absl::StrCat("trimmed ", base::FormatBytes(r.bytes_trimmed()), " (",
-                              r.bytes_trimmed(), " bytes)");
-        });
-  }
-
-  int Resize() {
-    v1::FilesystemResizeRequest request;
-    request.set_epoch(flags_.epoch);
-    return Call<v1::FilesystemResizeRequest, v1::FilesystemResizeResponse>(
-        "FilesystemResize", &v1::ShareManager::Stub::FilesystemResize, request,
-        [](const v1::FilesystemResizeResponse& r) {
-          return r.resized()
-                     ? absl::StrCat("resized from ", base::FormatBytes(r.old_size_bytes()), " to ",
-                                    base::FormatBytes(r.new_size_bytes()))
-                     : absl::StrCat("not resized: the filesystem already fills its device (",
-                                    base::FormatBytes(r.new_size_bytes()), ")");
-        });
+    v1::UnmountResponse response;
+    const auto rpc = stub->Unmount(&context, request, &response);
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "Unmount", hint_);
+    std::cout << (flags_.json ? ToJson(response) : std::string("unmounted; ganesha keeps running"))
+              << "\n";
+    return kClientOk;
   }
 
   int Probe() {
@@ -477,9 +397,9 @@ class Client {
     request.set_service(flags_.service);
     HealthCheckResponse response;
     const auto rpc = stub->Check(&context, request, &response);
-    if (!rpc.ok()) return Failed(rpc, "health check");
+    if (!rpc.ok()) return FailureCode(rpc, *channel_, "health check", hint_);
     const auto name = HealthCheckResponse::ServingStatus_Name(response.status());
-    std::cout << (flags_.json ? ToJson(response) : "status: " + name) << "\n";
+    std::cout << "status: " << name << "\n";
     return response.status() == HealthCheckResponse::SERVING ? kClientOk : kClientNotServing;
   }
 
@@ -511,7 +431,7 @@ class Client {
 
   const ClientFlags& flags_;
   base::Duration timeout_{0};
-  bool tls_ = false;
+  std::string hint_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 
@@ -540,7 +460,7 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
     return cmd;
   };
   add("status", "Print the share's status", &Client::Status)
-      ->add_flag("--json", flags.json, kJsonHelp);
+      ->add_flag("--json", flags.json, "Print JSON");
   auto* top = add("top",
                   "Show the share's key figures (state, restarts, memory, repairs), refreshed "
                   "every --interval until Ctrl-C or SIGTERM",
@@ -551,41 +471,21 @@ void AddClientCommands(CLI::App& app, ClientFlags& flags, int* exit_code) {
       ->capture_default_str();
   top->add_flag("--once", flags.once, "Show one frame and exit (--iterations 1)");
   add("watch", "Print the status now and at every change, until the server stops", &Client::Watch)
-      ->add_flag("--json", flags.json, absl::StrCat(kJsonHelp, ", one object per line"));
-  // Epochs and generations are unsigned, and CLI11 would read "-1" modulo 2^64.
-  const CLI::Validator not_negative(
-      [](std::string& value) {
-        return absl::StartsWith(absl::StripLeadingAsciiWhitespace(value), "-")
-                   ? std::string("must be 0 or more, not negative")
-                   : std::string();
-      },
-      "NOT NEGATIVE");
-  auto add_epoch = [&](CLI::App* cmd) {
-    cmd->add_option("--epoch", flags.epoch, kEpochHelp)->check(not_negative);
-    cmd->add_flag("--json", flags.json, kJsonHelp);
-    return cmd;
-  };
-  auto* mount = add_epoch(add("mount", "(Re)export the share", &Client::Mount));
-  mount
-      ->add_option("--generation", flags.generation,
-                   "Remount generation to handle (0: one more); an old one is a no-op")
-      ->check(not_negative);
-  add_epoch(add("unmount", "Withdraw the export (ganesha keeps running)", &Client::Unmount));
-  add_epoch(add("trim",
-                "FITRIM the mounted filesystem: give unused blocks back to the device (bounded by "
-                "--timeout; refused while another trim runs)",
-                &Client::Trim));
-  add_epoch(add("resize",
-                "Grow the filesystem online to the size of its device (a no-op when it "
-                "already fills it)",
-                &Client::Resize));
-  auto* probe = add("probe",
-                    "grpc.health.v1 check; exit 0 iff SERVING (1 bad args, 2 unreachable, 3 RPC "
-                    "failed, 4 not SERVING)",
-                    &Client::Probe);
-  probe->add_option("--service", flags.service,
-                    "Health service: \"\" or readiness (ready to serve NFS), liveness");
-  probe->add_flag("--json", flags.json, kJsonHelp);
+      ->add_flag("--json", flags.json, "Print JSON, one object per line");
+  auto* mount = add("mount", "(Re)export the share", &Client::Mount);
+  mount->add_option("--epoch", flags.epoch, kEpochHelp);
+  mount->add_option("--generation", flags.generation,
+                    "Remount generation to handle (0: one more); an old one is a no-op");
+  mount->add_flag("--json", flags.json, "Print JSON");
+  auto* unmount = add("unmount", "Withdraw the export (ganesha keeps running)", &Client::Unmount);
+  unmount->add_option("--epoch", flags.epoch, kEpochHelp);
+  unmount->add_flag("--json", flags.json, "Print JSON");
+  add("probe",
+      "grpc.health.v1 check; exit 0 iff SERVING (1 bad args, 2 unreachable, 3 RPC failed, "
+      "4 not SERVING)",
+      &Client::Probe)
+      ->add_option("--service", flags.service,
+                   "Health service: \"\" or readiness (ready to serve NFS), liveness");
 }
 
 }  // namespace sharemgr

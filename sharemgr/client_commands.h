@@ -1,4 +1,4 @@
-// The client subcommands (status, top, watch, mount, unmount, trim, resize, probe). Each call has
+// The client subcommands (status, top, watch, mount, unmount, probe). Each call has
 // a deadline, never waits for the server to become ready, and maps failures to
 // the exit codes in exit_codes.h.
 #pragma once

@@ -10,7 +10,6 @@
 
 #include "base/files.h"
 #include "base/fmt_absl.h"
-#include "base/listen.h"
 #include "base/open_file_limit.h"
 #include "base/tls.h"
 #include "sharemgr/etcd_lease_backend.h"
@@ -53,14 +52,6 @@ constexpr int kHealthPortMaxAgeGraceMs = 10'000;
 constexpr base::Duration kProbeDrainTime{2000};
 // The fencer gets this long to exit once its channel is closed.
 constexpr base::Duration kFencerStopTime{2000};
-
-// Every listener says alike why it cannot be had: what it would serve, its
-// flag, and the kernel's word ("bind 127.0.0.1:9600: Address already in use").
-absl::Status CannotServe(absl::string_view what, absl::string_view flag, absl::string_view address,
-                         const absl::Status& why) {
-  return absl::UnavailableError(
-      absl::StrCat("cannot serve ", what, " on ", flag, " ", address, ": ", why.message()));
-}
 
 v1::ShareState ToProto(State state) {
   switch (state) {
@@ -319,11 +310,6 @@ absl::Status Daemon::StartGrpc() {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, static_cast<int>(age.count()));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
                              static_cast<int>(std::min(age, kMaxConnectionAgeGrace).count()));
-  // gRPC would only log its own failure (chttp2_server's "No address added")
-  // and fail the build: the port is checked first, for one clear line.
-  if (auto free = base::CheckCanListenTcp(config_.listen); !free.ok()) {
-    return CannotServe("gRPC", "--listen", config_.listen, free);
-  }
   int port = 0;
   // With TLS the port speaks nothing else: the plaintext way in is the unix
   // socket (its mode guards it) and, for health only, the health port.
@@ -376,13 +362,9 @@ absl::Status Daemon::StartGrpc() {
     umask(old_umask);
   }
   if (!server_ || port == 0) {
-    // Taken since the check, or the unix socket failed: asking again tells which.
-    if (auto free = base::CheckCanListenTcp(config_.listen); !free.ok()) {
-      return CannotServe("gRPC", "--listen", config_.listen, free);
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve gRPC on ", config_.listen,
-        config_.socket.empty() ? "" : " and unix:", config_.socket, " (see gRPC's error above)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", config_.listen,
+                                               config_.socket.empty() ? "" : " and unix:",
+                                               config_.socket, " (address in use or not local?)"));
   }
   // A start that fails past this point leaves no server and no socket behind.
   auto abandon = [this](absl::Status status) {
@@ -422,8 +404,9 @@ absl::Status Daemon::StartHealthServer() {
   auto listener =
       CappedListener::Bind(config_.health_listen, {.max_connections = kHealthPortMaxConnections});
   if (!listener.ok()) {
-    return CannotServe("health checks", "--health-listen", config_.health_listen,
-                       listener.status());
+    return absl::UnavailableError(absl::StrCat("cannot serve health checks on --health-listen ",
+                                               config_.health_listen, ": ",
+                                               listener.status().message()));
   }
   grpc::ServerBuilder builder;
   builder.SetOption(std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
@@ -450,10 +433,6 @@ absl::Status Daemon::StartHealthServer() {
 
 absl::Status Daemon::StartMetrics() {
   if (!metrics_) return absl::OkStatus();
-  // civetweb says only that it could not start: the port is checked first.
-  if (auto free = base::CheckCanListenTcp(config_.metrics_listen); !free.ok()) {
-    return CannotServe("metrics", "--metrics-listen", config_.metrics_listen, free);
-  }
   auto endpoint = metrics::Endpoint::Start(config_.metrics_listen, metrics_->catalogue());
   if (!endpoint.ok()) {
     return absl::UnavailableError(absl::StrCat("--metrics-listen: ", endpoint.status().message()));
@@ -625,25 +604,6 @@ absl::Status Daemon::ArmFencer(const supervisor::ChildProcess& ganesha) {
   return armed;
 }
 
-absl::Status Daemon::CheckNfsPort() const {
-  const auto& input = config_.ganesha.input();
-  const std::string address =
-      base::JoinHostPort(input.bind_address, static_cast<uint16_t>(input.nfs_port));
-  if (auto free = base::CheckCanListenTcp(address); !free.ok()) {
-    return CannotServe("NFS", "--nfs-address/--nfs-port", address, free);
-  }
-  return absl::OkStatus();
-}
-
-bool Daemon::NfsPortFree() {
-  auto free = CheckNfsPort();
-  if (free.ok()) return true;
-  spdlog::error("{}", free.message());
-  nfs_port_taken_ = true;
-  sup_->Fail(std::string(free.message()));
-  return false;
-}
-
 void Daemon::StartGanesha() {
   sup_->Start();
   PublishShare();
@@ -720,15 +680,6 @@ int Daemon::Run() {
     s.set_started_unix_ms(UnixMs(std::chrono::system_clock::now()));
     FillShare(s);
   });
-  // The NFS port at once, like every other port. With a lease an older
-  // holder may still serve on it until it is fenced: then only the check
-  // before each spawn (NfsPortFree) applies.
-  if (!config_.lease) {
-    if (auto status = CheckNfsPort(); !status.ok()) {
-      spdlog::error("{}", status.message());
-      return kExitStartup;
-    }
-  }
   if (auto status = StartMetrics(); !status.ok()) {
     spdlog::error("{}", status.message());
     return kExitStartup;
@@ -742,7 +693,7 @@ int Daemon::Run() {
   if (!owner_) share_.SetVolumeReady([this] { return export_probe_.directory_status(); });
   sup_.emplace(
       loop_, config_.supervisor,
-      [this](pid_t pid, base::Duration timeout) { return export_probe_.Probe(pid, timeout); },
+      [this](base::Duration timeout) { return export_probe_.Probe(timeout); },
       [this] { return share_.CheckReady(); }, clock_);
   sup_->AddStatusObserver([this](const supervisor::SupervisorStatus& s) { OnSupervisorStatus(s); });
   if (metrics_) {
@@ -753,20 +704,14 @@ int Daemon::Run() {
     absl::MutexLock lock(&usage_mu_);
     usage_ = usage;
   });
-  // Every ganesha (the first, each restart) starts only on a free NFS port:
-  // one taken meanwhile would make it die at its bind, restart after
-  // restart, until the death budget is spent.
-  supervisor::Supervisor::SpawnHooks spawn_hooks{
-      .may_spawn = [this] { return LeaseAllowsServing() && NfsPortFree(); }};
   if (lease_) {
-    // And only under a valid lease, running nothing before the fencer
-    // guards it (it waits at its start gate until armed).
-    spawn_hooks.spawned = [this](const supervisor::ChildProcess& ganesha) {
-      return ArmFencer(ganesha);
-    };
-  }
-  sup_->SetSpawnHooks(std::move(spawn_hooks));
-  if (lease_) {
+    // Every ganesha (the first, each restart) starts only under a valid
+    // lease, and runs nothing before the fencer guards it (it waits at its
+    // start gate until armed).
+    sup_->SetSpawnHooks({
+        .may_spawn = [this] { return LeaseAllowsServing(); },
+        .spawned = [this](const supervisor::ChildProcess& ganesha) { return ArmFencer(ganesha); },
+    });
     // Nothing of the volume is touched (no fsck, no mount) before the lease
     // is held: an older holder may still be using it. A SIGTERM meanwhile
     // stops the wait.
@@ -822,11 +767,6 @@ int Daemon::Shutdown() {
     spdlog::error("exiting with code {}: {}", kExitVolume, board_.Snapshot().reason());
     ProcessLastErrorSink()->Pin();
     return kExitVolume;
-  }
-  if (nfs_port_taken_) {
-    spdlog::error("exiting with code {}: {}", kExitStartup, board_.Snapshot().reason());
-    ProcessLastErrorSink()->Pin();
-    return kExitStartup;
   }
   if (outcome == supervisor::Outcome::kFailed) {
     spdlog::error("exiting with code {}: {}", kExitGaneshaFailed, board_.Snapshot().reason());

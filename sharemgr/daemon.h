@@ -83,11 +83,6 @@ class Daemon {
   // lease over meanwhile) fences (posted), and the ganesha never runs.
   absl::Status ArmFencer(const supervisor::ChildProcess& ganesha);
   void OnVolumePrepared(const absl::Status& status);
-  // Whether ganesha could bind the NFS port now (nothing else holds it).
-  absl::Status CheckNfsPort() const;
-  // Before each spawn: a taken NFS port fails the share (exit 4), since
-  // every ganesha started would die at its bind.
-  bool NfsPortFree();
   void StartGanesha();
   void OnSupervisorStatus(const supervisor::SupervisorStatus& status);
   // Everything the share and its volume contribute to the status (any thread).
@@ -146,7 +141,6 @@ class Daemon {
   std::optional<supervisor::Timer> lease_timer_;
   bool lease_lost_ = false;
   bool volume_failed_ = false;
-  bool nfs_port_taken_ = false;
   bool stuck_ = false;
 };
 

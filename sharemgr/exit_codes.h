@@ -16,7 +16,7 @@ inline constexpr int kExitVolume = 5;         // the block device cannot be used
 // superseded, an older holder that would not go): ganesha was killed.
 inline constexpr int kExitLeaseLost = 6;
 
-// client commands: status, top, watch, mount, unmount, trim, resize, probe
+// client commands: status, watch, mount, unmount, probe
 inline constexpr int kClientOk = 0;           // success (probe: SERVING)
 inline constexpr int kClientBadArgs = 1;      // invalid arguments
 inline constexpr int kClientUnreachable = 2;  // no connection within --timeout

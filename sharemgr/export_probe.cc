@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "base/listen.h"
 #include "supervisor/nfs_null_probe.h"
 
 namespace sharemgr {
@@ -54,7 +53,7 @@ ExportProbe::ExportProbe(std::string host, uint16_t port, std::string component,
       directory_(std::move(directory)),
       clock_(clock) {}
 
-absl::Status ExportProbe::Probe(pid_t pid, base::Duration timeout) {
+absl::Status ExportProbe::Probe(base::Duration timeout) {
   if (!directory_.empty()) {
     bool read_only = false;
     absl::Status dir = CheckDirectory(directory_, read_only);
@@ -63,16 +62,6 @@ absl::Status ExportProbe::Probe(pid_t pid, base::Duration timeout) {
     read_only_ = read_only;
   }
   if (auto null = supervisor::ProbeNfsNull(host_, port_, timeout); !null.ok()) return null;
-  if (pid != owner_confirmed_) {
-    // Another server on the port (one that took it before ganesha could)
-    // answers NULL too: only ganesha's own listener makes it ganesha's answer.
-    if (auto owner = base::CheckListenerOwner(pid, host_, port_); !owner.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("NFS NULL answered on ", base::JoinHostPort(host_, port_),
-                       ", but not by ganesha pid ", pid, ": ", owner.message()));
-    }
-    owner_confirmed_ = pid;
-  }
   auto answer = supervisor::ProbeNfsExport(host_, port_, component_, timeout);
   absl::MutexLock lock(&mu_);
   // A LOOKUP that got no answer is a miss; an answer leaves the share ready

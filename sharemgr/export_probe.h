@@ -6,8 +6,6 @@
 // any I/O itself.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -50,9 +48,8 @@ class ExportProbe {
   ExportProbe(std::string host, uint16_t port, std::string component, std::string directory,
               const base::TimeSource& clock = base::SteadyClock());
 
-  // Worker thread. `pid`: ganesha's; an answer from any other process on
-  // the port is none (Unavailable).
-  absl::Status Probe(pid_t pid, base::Duration timeout);
+  // Worker thread.
+  absl::Status Probe(base::Duration timeout);
   // Any thread.
   absl::Status export_status() const;
   absl::Status directory_status() const;
@@ -64,9 +61,6 @@ class ExportProbe {
   const std::string component_;
   const std::string directory_;
   const base::TimeSource& clock_;
-  // The ganesha found to hold the listener: checked once per pid, since
-  // ganesha keeps its listener for as long as it runs (worker thread only).
-  pid_t owner_confirmed_ = 0;
   mutable absl::Mutex mu_;
   ErrorAnswerStreak error_answers_ ABSL_GUARDED_BY(mu_){kLongestErrorAnswers};
   absl::Status export_status_ ABSL_GUARDED_BY(mu_);

@@ -373,12 +373,11 @@ void Supervisor::OnProbeTimer() {
   // Carried with the result: another probe may start before this one's result
   // is handled.
   const base::TimePoint sent = base::Clock::now();
-  probe_pending_ =
-      !probe_worker_.TryRun([prober = prober_, pid = child_->pid(),
-                             timeout = options_.probe_interval] { return prober(pid, timeout); },
-                            [this, instance, sent](absl::Status result) {
-                              OnProbeResult(instance, sent, std::move(result));
-                            });
+  probe_pending_ = !probe_worker_.TryRun(
+      [prober = prober_, timeout = options_.probe_interval] { return prober(timeout); },
+      [this, instance, sent](absl::Status result) {
+        OnProbeResult(instance, sent, std::move(result));
+      });
 }
 
 void Supervisor::OnProbeResult(uint64_t instance, base::TimePoint sent, absl::Status result) {

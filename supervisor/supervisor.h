@@ -128,9 +128,7 @@ class Supervisor {
   // unless it lasts: each probe_interval x probe_failures of it counts as one
   // miss (see HandleProbeResult), and it holds the start timeout for at most
   // another start timeout.
-  // `pid`: the child it is to reach, whose answer only counts (another
-  // process answering on its port is no answer of the child's).
-  using Prober = std::function<absl::Status(pid_t pid, base::Duration timeout)>;
+  using Prober = std::function<absl::Status(base::Duration timeout)>;
   // Loop thread; what besides a probe answer makes the share ready.
   using ReadinessCheck = std::function<absl::Status()>;
   using StatusObserver = std::function<void(const SupervisorStatus&)>;

@@ -1,7 +1,6 @@
 // share-manager daemon end to end: a real ganesha.nfsd on 127.0.0.1, a real
 // NFS client (libnfs), real signals. Ports are picked free per test.
 #include <doctest/doctest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -10,11 +9,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <thread>
 
-#include "base/listen.h"
 #include "base/proc.h"
 #include "base/unique_fd.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -472,48 +469,6 @@ TEST_CASE("client commands: status --json, probe exit codes, unreachable server"
   CHECK(version.output.find("share-manager ") == 0);
 }
 
-TEST_CASE("client commands: bad --addr ports and negative numbers are refused, exit 1") {
-  for (const auto& args :
-       std::vector<std::vector<std::string>>{{"status", "--addr", "127.0.0.1:99999"},
-                                             {"status", "--addr", "127.0.0.1:0"},
-                                             {"probe", "--addr", "[::1]:65536"},
-                                             {"mount", "--generation", "-1"},
-                                             {"mount", "--epoch", "-1"},
-                                             {"trim", "--epoch", "-2"},
-                                             {"resize", "--epoch", "-2"}}) {
-    std::vector<std::string> argv = {ShareManagerBinary()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const auto result = RunCommand(argv);
-    CAPTURE(result.output);
-    CHECK(result.exit_code == 1);
-    CHECK((result.output.find("the port must be a number from 1 to 65535") != std::string::npos ||
-           result.output.find("must be 0 or more, not negative") != std::string::npos));
-  }
-}
-
-TEST_CASE("client commands: the health-only port, TLS hints only for TLS, probe --json, trim") {
-  auto d = StartDaemon();
-  const auto health = RunCommand({ShareManagerBinary(), "status", "--addr", d->health_addr()});
-  CHECK(health.exit_code == 3);
-  CHECK_MESSAGE(health.output.find("this is the health-only port") != std::string::npos,
-                health.output);
-  // Refused and unresolvable: nothing about TLS.
-  const auto closed = "127.0.0.1:" + std::to_string(base::FreeLoopbackPort());
-  for (const auto& addr : {closed, std::string("nosuchhost.invalid:9600")}) {
-    const auto result =
-        RunCommand({ShareManagerBinary(), "status", "--addr", addr, "--timeout", "2s"});
-    CHECK(result.exit_code == 2);
-    CHECK_MESSAGE(result.output.find("TLS") == std::string::npos, result.output);
-  }
-  const auto probe = RunCommand({ShareManagerBinary(), "probe", "--json", "--addr", d->addr()});
-  CHECK(probe.exit_code == 0);
-  CHECK(probe.output == "{\"status\":\"SERVING\"}\n");
-  // A directory share has no device to trim: the server says so, exit 3.
-  const auto trim = RunCommand({ShareManagerBinary(), "trim", "--addr", d->addr()});
-  CHECK_MESSAGE(trim.exit_code == 3, trim.output);
-  CHECK_MESSAGE(trim.output.starts_with("share-manager: FilesystemTrim: "), trim.output);
-}
-
 TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4)") {
   auto d = StartDaemon();
   const testing_support::TempDir temp("sharemgr-dup");
@@ -525,66 +480,6 @@ TEST_CASE("a second share-manager on the same gRPC port refuses to start (exit 4
                  milliseconds(10'000));
   CHECK(result.exit_code == 4);
   CHECK(result.output.find("cannot serve gRPC") != std::string::npos);
-}
-
-// What exit 4 for a taken port says: the listener, its address, and the
-// kernel's word for it, on one line.
-std::string TakenLine(const std::string& what, const std::string& address) {
-  return "cannot serve " + what + " on " + address + ": bind " +
-         address.substr(address.rfind(' ') + 1) + ": Address already in use";
-}
-
-TEST_CASE("every listen port taken: one clear line naming it, exit 4, no ganesha started") {
-  auto squatter = base::ListenTcp("127.0.0.1:0");
-  REQUIRE(squatter.ok());
-  sockaddr_in bound{};
-  socklen_t len = sizeof(bound);
-  REQUIRE(getsockname(squatter->get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0);
-  const std::string taken = "127.0.0.1:" + std::to_string(ntohs(bound.sin_port));
-  const auto free_port = [] { return "127.0.0.1:" + std::to_string(base::FreeLoopbackPort()); };
-  const testing_support::TempDir temp("sharemgr-taken");
-  struct Case {
-    std::string flag, expect;
-  };
-  for (const auto& [flag, expect] :
-       {Case{"--nfs-port", TakenLine("NFS", "--nfs-address/--nfs-port " + taken)},
-        Case{"--listen", TakenLine("gRPC", "--listen " + taken)},
-        Case{"--health-listen", TakenLine("health checks", "--health-listen " + taken)},
-        Case{"--metrics-listen", TakenLine("metrics", "--metrics-listen " + taken)}}) {
-    CAPTURE(flag);
-    std::map<std::string, std::string> flags = {
-        {"--volume", "pvc-taken"},
-        {"--export-dir", temp.path() + "/e"},
-        {"--state-dir", temp.path() + "/s"},
-        {"--nfs-address", "127.0.0.1"},
-        {"--nfs-port", std::to_string(base::FreeLoopbackPort())},
-        {"--listen", free_port()},
-        {"--health-listen", free_port()}};
-    flags[flag] = flag == "--nfs-port" ? taken.substr(taken.rfind(':') + 1) : taken;
-    std::vector<std::string> argv = {ShareManagerBinary(), "daemon"};
-    for (const auto& [name, value] : flags) argv.insert(argv.end(), {name, value});
-    const auto result = RunCommand(argv, milliseconds(20'000));
-    CHECK_MESSAGE(result.exit_code == 4, result.output);
-    CHECK_MESSAGE(result.output.find(expect) != std::string::npos, result.output);
-    CHECK(result.output.find("No address added") == std::string::npos);  // gRPC core's raw line
-    CHECK(result.output.find("started ganesha") == std::string::npos);
-  }
-}
-
-TEST_CASE("the NFS port taken while ganesha restarts: exit 4 saying so, not a spent death budget") {
-  auto d = StartDaemon({.extra_flags = {"--max-deaths", "20"}});
-  const pid_t ganesha = RequireOk(d->Status()).ganesha_pid();
-  // Frozen, the daemon cannot restart ganesha before another server binds
-  // the port ganesha's death frees.
-  d->Signal(SIGSTOP);
-  REQUIRE(KillPid(ganesha, SIGKILL) == 0);
-  const std::string address = "127.0.0.1:" + std::to_string(d->nfs_port());
-  absl::StatusOr<base::UniqueFd> squatter;
-  REQUIRE(WaitFor([&] { return (squatter = base::ListenTcp(address)).ok(); }, milliseconds(5000)));
-  d->Signal(SIGCONT);
-  CHECK(RequireOk(d->WaitExit(milliseconds(20'000))) == 4);
-  CHECK(d->output().find(TakenLine("NFS", "--nfs-address/--nfs-port " + address)) !=
-        std::string::npos);
 }
 
 TEST_CASE("health Watch and the watch command push changes, a unix socket serves the same API") {

@@ -436,14 +436,6 @@ TEST_CASE("share-manager status/mount/unmount/probe --tls-dir against a TLS daem
   const auto plaintext = run({"status"}, {});
   CHECK(plaintext.exit_code == 2);
   CHECK_MESSAGE(plaintext.output.find("pass --tls-dir") != std::string::npos, plaintext.output);
-  // With them against a plaintext port (the health port): the handshake
-  // fails, and it says what to check.
-  const auto handshake =
-      RunCommand({ShareManagerBinary(), "probe", "--addr", d->health_addr(), "--tls-dir",
-                  certs.client_dir, "--tls-server-name", "share-manager"});
-  CHECK(handshake.exit_code == 2);
-  CHECK_MESSAGE(handshake.output.find("with TLS: the server's certificate") != std::string::npos,
-                handshake.output);
   // Half a configuration is a bad argument, said in one line.
   const auto half = run({"status"}, {"--tls-cert", certs.client.cert});
   CHECK(half.exit_code == 1);

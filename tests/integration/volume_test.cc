@@ -268,15 +268,6 @@ TEST_CASE("volume 5. trim returns the bytes trimmed") {
   const auto rpc = d->Stub()->FilesystemTrim(&context, v1::FilesystemTrimRequest(), &response);
   REQUIRE_MESSAGE(rpc.ok(), rpc.error_message());
   CHECK(response.bytes_trimmed() > 0);
-  // The same through the trim command, in words and in JSON (uint64 as a string).
-  const auto trim =
-      RunCommand({ShareManagerBinary(), "trim", "--addr", d->addr(), "--timeout", "30s"});
-  CHECK_MESSAGE(trim.exit_code == 0, trim.output);
-  CHECK_MESSAGE(trim.output.starts_with("trimmed "), trim.output);
-  const auto json =
-      RunCommand({ShareManagerBinary(), "trim", "--json", "--addr", d->addr(), "--timeout", "30s"});
-  CHECK_MESSAGE(json.exit_code == 0, json.output);
-  CHECK_MESSAGE(json.output.starts_with("{\"bytes_trimmed\":\""), json.output);
 }
 
 v1::FilesystemResizeResponse Resize(const DaemonProcess& d, grpc::Status* rpc) {
@@ -311,12 +302,6 @@ TEST_CASE("volume 6. grow the device, resize online: bigger, data intact, again 
   CHECK_FALSE(second.resized());
   CHECK(second.new_size_bytes() == first.new_size_bytes());
   CHECK(RequireOk(d->ReadEventually("/kept.txt")) == "kept");
-  // The resize command: the same no-op, said so.
-  const auto command =
-      RunCommand({ShareManagerBinary(), "resize", "--addr", d->addr(), "--timeout", "60s"});
-  CHECK_MESSAGE(command.exit_code == 0, command.output);
-  CHECK_MESSAGE(command.output.starts_with("not resized: the filesystem already fills its device"),
-                command.output);
 }
 
 // The filesystem's size as the kernel reports it for the mounted export.

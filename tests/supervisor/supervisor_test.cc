@@ -46,7 +46,7 @@ class Harness {
       loop_ = &loop;
       Supervisor sup(
           loop, options,
-          [this](pid_t, base::Duration timeout) -> absl::Status {
+          [this](base::Duration timeout) -> absl::Status {
             const int n = ++probes_;
             const bool answers_anyway = answer_every_ > 0 && n % answer_every_ == 0;
             if (probe_short_ && !answers_anyway) {
