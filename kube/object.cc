@@ -1,6 +1,13 @@
 #include "kube/object.h"
 
+#include "absl/strings/numbers.h"
+
 namespace kube {
+
+uint64_t VersionNumber(const std::string& resource_version) {
+  uint64_t version = 0;
+  return absl::SimpleAtoi(resource_version, &version) ? version : 0;
+}
 
 std::string StringAt(const nlohmann::json& object, std::initializer_list<const char*> path) {
   const nlohmann::json* at = &object;

@@ -1,9 +1,11 @@
 #include "controller/cmd/kubernetes_mode.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "base/files.h"
 #include "kube/config.h"
 #include "kube/yaml.h"
@@ -69,8 +71,16 @@ absl::StatusOr<PodTemplate> LoadPodTemplate(const std::string& path) {
 }
 
 KubernetesBackends::~KubernetesBackends() {
+  events.reset();
   runtime.reset();
   store.reset();
+}
+
+void KubernetesBackends::RecordTransition(
+    const std::string& share, const sharemanager::controller::v1::ShareStatusRecord& status) {
+  ShareEvent event = EventFor(share, status, absl::ToUnixMillis(absl::Now()));
+  event.uid = store->Uid(share);
+  events->Record(std::move(event));
 }
 
 absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const KubernetesFlags& flags,
@@ -94,6 +104,10 @@ absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const Kuberne
                                             {.namespace_name = backends->namespace_name});
   if (!runtime.ok()) return runtime.status();
   backends->runtime = *std::move(runtime);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  backends->events =
+      std::make_unique<ShareEvents>(*backends->client, backends->namespace_name, host);
   return backends;
 }
 

@@ -11,6 +11,7 @@
 #include "controller/runtime/kubernetes/kubernetes_pod_runtime.h"
 #include "controller/runtime/kubernetes/pod_template.h"
 #include "controller/store/kubernetes/kubernetes_store.h"
+#include "controller/store/kubernetes/share_events.h"
 #include "kube/client.h"
 
 namespace controller::kubernetes {
@@ -40,7 +41,11 @@ struct KubernetesBackends {
   std::string namespace_name;
   std::unique_ptr<KubernetesStore> store;
   std::unique_ptr<KubernetesPodRuntime> runtime;
+  std::unique_ptr<ShareEvents> events;
   ~KubernetesBackends();
+  // Every recorded phase or reason change of a share as an Event on it.
+  void RecordTransition(const std::string& share,
+                        const sharemanager::controller::v1::ShareStatusRecord& status);
 };
 
 // Connects (the kubeconfig, $KUBECONFIG, or the pod's service account) and

@@ -399,6 +399,12 @@ int main(int argc, char** argv) {
   options.reconciler.max_remounts = max_remounts;
   options.watch_security = *security;
   if (metrics) options.hooks = metrics->Hooks();
+  if (kubernetes) {
+    options.hooks.transition = [&backends = *kubernetes](const std::string& share,
+                                                         const v1::ShareStatusRecord& status) {
+      backends.RecordTransition(share, status);
+    };
+  }
   // Holds the work dir until exit: another share-controller on it is refused.
   std::unique_ptr<controller::LocalPodRuntime> local_runtime;
   if (!kubernetes) {

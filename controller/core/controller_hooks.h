@@ -15,6 +15,10 @@ namespace controller {
 struct ControllerHooks {
   // A pass recorded (or found already recorded) a share's phase.
   std::function<void(const std::string& share, sharemanager::controller::v1::Phase phase)> phase;
+  // A pass recorded a share's new phase or reason (`status`, as written).
+  std::function<void(const std::string& share,
+                     const sharemanager::controller::v1::ShareStatusRecord& status)>
+      transition;
   // A share's record is gone: it has no phase any more.
   std::function<void(const std::string& share)> removed;
   // A share's pod is being replaced: its record moved to a new epoch.

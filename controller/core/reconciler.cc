@@ -310,7 +310,10 @@ absl::Status Reconciler::Persist(ShareRecord& record, const ShareStatusRecord& s
       if (IsConflict(stored.status()) && hooks_.store_conflict) hooks_.store_conflict();
       return stored.status();
     }
+    const bool moved =
+        record.status().phase() != status.phase() || record.status().reason() != status.reason();
     record = *std::move(stored);
+    if (moved && hooks_.transition) hooks_.transition(record.name(), status);
   }
   if (hooks_.phase) hooks_.phase(record.name(), status.phase());
   return absl::OkStatus();

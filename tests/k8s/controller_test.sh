@@ -49,6 +49,7 @@ pod_gone() { ! k get pod "$1" >/dev/null 2>&1; }
 share_gone() { ! k get smgr "$vol" >/dev/null 2>&1; }
 service_gone() { ! k get service "$vol" >/dev/null 2>&1; }
 logged() { grep -qE -- "$1" "$work/controller.log"; }
+described() { k describe smgr "$vol" 2>/dev/null | grep -qE -- "$1"; }
 device_unclaimed() {
   /usr/bin/python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))' "$1" 2>/dev/null
 }
@@ -130,6 +131,8 @@ check "the controller logs ERROR with the pod's own reason (exit 3, its terminat
   eventually 60 logged "$vol ERROR epoch=1 pod=$pod1 pod $pod1 Failed with exit code 3: exiting with code 3: "
 pod2=share-manager-$vol-e2
 check "a replacement under epoch 2 is RUNNING" eventually 120 serving_epoch 2
+check "kubectl describe sharemanager says why the pod was replaced (a Warning Event)" \
+  eventually 30 described "Warning +Error .*Failed with exit code 3: exiting with code 3: "
 check "its pod $pod2 is Ready" k8s_ready "$pod2"
 check "the old pod was deleted" eventually 60 pod_gone "$pod1"
 check "the Service kept its address" test "$(k8s_service_ip "$vol")" = "$svc"

@@ -13,11 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-uint64_t VersionOf(const std::string& text) {
-  uint64_t version = 0;
-  return absl::SimpleAtoi(text, &version) ? version : 0;
-}
-
 PodPhase PhaseOf(const std::string& phase) {
   if (phase == "Pending") return PodPhase::kPending;
   if (phase == "Running") return PodPhase::kRunning;
@@ -180,12 +175,12 @@ absl::StatusOr<Pod> KubernetesPodRuntime::Create(
 
 std::optional<json> KubernetesPodRuntime::Latest(const std::string& name) {
   // The version first: the cache read after it is at least that new.
-  const uint64_t seen = VersionOf(informer_->ResourceVersion());
+  const uint64_t seen = kube::VersionNumber(informer_->ResourceVersion());
   auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
   absl::MutexLock lock(&mu_);
   const auto it = created_.find(name);
   if (it == created_.end()) return cached;
-  if (cached || seen >= VersionOf(kube::StringAt(it->second, {"metadata", "resourceVersion"}))) {
+  if (cached || seen >= kube::VersionNumber(it->second)) {
     created_.erase(it);
     return cached;
   }

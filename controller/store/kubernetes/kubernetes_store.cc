@@ -13,15 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-uint64_t VersionOf(const std::string& text) {
-  uint64_t version = 0;
-  return absl::SimpleAtoi(text, &version) ? version : 0;
-}
-
-uint64_t VersionOf(const json& object) {
-  return VersionOf(kube::MetadataString(object, "resourceVersion"));
-}
-
 std::string UidOf(const json& object) { return kube::MetadataString(object, "uid"); }
 
 // A record the object can no longer be read as: the object is gone once
@@ -89,7 +80,7 @@ bool KubernetesStore::Superseded(const Written& written, const std::optional<jso
 json KubernetesStore::Latest(const std::string& name) {
   // The version first: the cache read after it is at least that new, so a
   // write it covers is in what the cache gives.
-  const uint64_t seen = VersionOf(informer_->ResourceVersion());
+  const uint64_t seen = kube::VersionNumber(informer_->ResourceVersion());
   auto cached = informer_->Get(absl::StrCat(options_.namespace_name, "/", name));
   absl::MutexLock lock(&mu_);
   if (const auto it = written_.find(name); it != written_.end()) {
@@ -100,7 +91,7 @@ json KubernetesStore::Latest(const std::string& name) {
 }
 
 void KubernetesStore::Wrote(const std::string& name, json object) {
-  const uint64_t version = VersionOf(object);
+  const uint64_t version = kube::VersionNumber(object);
   absl::MutexLock lock(&mu_);
   // Two writers in this process: the newer answer stays.
   if (const auto it = written_.find(name); it != written_.end() && !it->second.object.is_null() &&
@@ -120,7 +111,7 @@ void KubernetesStore::OnChange(const std::string& key) {
   if (key.rfind(prefix, 0) != 0) return;
   const std::string name = key.substr(prefix.size());
   {
-    const uint64_t seen = VersionOf(informer_->ResourceVersion());
+    const uint64_t seen = kube::VersionNumber(informer_->ResourceVersion());
     const auto cached = informer_->Get(key);
     absl::MutexLock lock(&mu_);
     if (const auto it = written_.find(name);
@@ -204,7 +195,7 @@ absl::StatusOr<ShareRecord> KubernetesStore::Update(const ShareRecord& record) {
                           : client_.Replace(Path(record.name()), WithSpec(object, next));
     if (!written.ok()) return written.status();
     object = *std::move(written);
-    next.set_resource_version(VersionOf(object));
+    next.set_resource_version(kube::VersionNumber(object));
     // Each write that went through is read back, even when the next fails.
     Wrote(record.name(), object);
     return absl::OkStatus();
@@ -240,5 +231,7 @@ absl::Status KubernetesStore::Delete(const std::string& name) {
 }
 
 void KubernetesStore::Watch(Listener listener) { listeners_.Add(std::move(listener)); }
+
+std::string KubernetesStore::Uid(const std::string& name) { return UidOf(Latest(name)); }
 
 }  // namespace controller::kubernetes

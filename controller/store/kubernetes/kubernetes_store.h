@@ -58,6 +58,10 @@ class KubernetesStore final : public Store {
   absl::Status Delete(const std::string& name) override;
   void Watch(Listener listener) override;
 
+  // The UID of the share's object ("" when this store holds none): what
+  // Events about it name.
+  std::string Uid(const std::string& name);
+
  private:
   // The object as this store last wrote it, until the informer catches up.
   struct Written {

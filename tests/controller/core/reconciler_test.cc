@@ -602,6 +602,27 @@ TEST_CASE(
   CHECK(sim.cluster.Pods("vol").empty());
 }
 
+TEST_CASE("transition hook: once per recorded change of phase or reason, with the status written") {
+  Sim sim;
+  std::vector<std::string> heard;
+  sim.hooks.transition = [&](const std::string& share, const ShareStatusRecord& st) {
+    heard.push_back(share + " " + pb::Phase_Name(st.phase()) + ": " + st.reason());
+  };
+  sim.Restart();
+  sim.AddShare("vol");
+  REQUIRE(sim.RunUntilRunning("vol"));
+  const size_t started = heard.size();
+  REQUIRE(started >= 1);
+  CHECK(heard.back().rfind("vol RUNNING: ", 0) == 0);
+  for (int i = 0; i < 5; ++i) sim.Pass("vol");  // nothing changes: nothing heard
+  CHECK(heard.size() == started);
+  sim.cluster.Kill(sim.CurrentPod("vol"), 3, "exiting with code 3: ganesha died");
+  sim.Pass("vol");
+  REQUIRE(heard.size() == started + 1);
+  CHECK(heard.back() == "vol ERROR: pod " + PodName("vol", 1) +
+                            " Failed with exit code 3: exiting with code 3: ganesha died");
+}
+
 TEST_CASE("hold_record: a record asked to go that was not held is never held anew") {
   // As Kubernetes refuses a finalizer added to an object being deleted (a
   // record from before holds existed, say): its pods still go.
