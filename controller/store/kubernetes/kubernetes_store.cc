@@ -91,6 +91,13 @@ json KubernetesStore::Latest(const std::string& name) {
 }
 
 void KubernetesStore::Wrote(const std::string& name, json object) {
+  // The write that let a deleted object go answers with the object as it
+  // was when it went, whose version is no newer than the write before it:
+  // it is a deletion, and is remembered as one.
+  if (auto record = RecordFromObject(object); record.ok() && Gone(*record)) {
+    WroteDeleted(name, UidOf(object));
+    return;
+  }
   const uint64_t version = kube::VersionNumber(object);
   absl::MutexLock lock(&mu_);
   // Two writers in this process: the newer answer stays.
@@ -218,15 +225,10 @@ absl::Status KubernetesStore::Delete(const std::string& name) {
   // The object, while a finalizer holds it (deletionTimestamp set), or a
   // Status naming the UID of the one that went.
   if (kube::StringAt(*answer, {"kind"}) == kKind) {
-    auto record = RecordFromObject(*answer);
-    if (record.ok() && !Gone(*record)) {
-      Wrote(name, *std::move(answer));
-      return absl::OkStatus();
-    }
-    WroteDeleted(name, UidOf(*answer));
-    return absl::OkStatus();
+    Wrote(name, *std::move(answer));
+  } else {
+    WroteDeleted(name, kube::StringAt(*answer, {"details", "uid"}));
   }
-  WroteDeleted(name, kube::StringAt(*answer, {"details", "uid"}));
   return absl::OkStatus();
 }
 

@@ -93,8 +93,13 @@ TEST_CASE("KubernetesStore: a deleted share that holds a pod stays until it lets
 
   r.mutable_status()->set_phase(sharemanager::controller::v1::STOPPED);
   r.mutable_status()->set_hold_record(false);
-  REQUIRE(f.store().Update(r).ok());
-  CHECK(f.store().Get("pvc-a").status().code() == absl::StatusCode::kNotFound);
+  const auto released = RequireOk(f.store().Update(r));
+  CAPTURE(released.ShortDebugString());
+  // Read at once: this store's own release, not the informer's view.
+  const auto after = f.store().Get("pvc-a");
+  const std::string after_text = after.ok() ? after->ShortDebugString() : after.status().ToString();
+  CAPTURE(after_text);
+  CHECK(after.status().code() == absl::StatusCode::kNotFound);
   CHECK(testing_support::WaitFor(
       [&] { return f.client->Get(f.Path("pvc-a")).status().code() == absl::StatusCode::kNotFound; },
       std::chrono::seconds(30)));
