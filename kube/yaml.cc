@@ -2,6 +2,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -30,7 +33,10 @@ nlohmann::json Convert(const YAML::Node& node) {
       // YAML 1.1, as Kubernetes' own reader: 0400 (a file mode) is octal.
       if (text.size() > 1 && text[0] == '0' &&
           text.find_first_not_of("01234567", 1) == std::string::npos) {
-        return std::stoll(text, nullptr, 8);
+        errno = 0;
+        const long long octal = std::strtoll(text.c_str(), nullptr, 8);
+        if (errno != ERANGE) return octal;
+        return text;  // too long for a number: the text it is
       }
       if (absl::SimpleAtoi(text, &number)) return number;
       return text;

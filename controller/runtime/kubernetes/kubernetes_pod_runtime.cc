@@ -149,6 +149,7 @@ absl::Status KubernetesPodRuntime::EnsureService(const std::string& volume, cons
 
 absl::StatusOr<Pod> KubernetesPodRuntime::Create(
     const sharemanager::controller::v1::ShareSpec& spec, uint64_t epoch) {
+  if (auto s = CheckShareFlags(spec); !s.ok()) return s;
   auto owner = OwnerOf(spec.volume());
   if (!owner.ok()) return owner.status();
   if (auto s = EnsureService(spec.volume(), *owner); !s.ok()) return s;
@@ -190,9 +191,10 @@ std::optional<json> KubernetesPodRuntime::Latest(const std::string& name) {
 absl::Status KubernetesPodRuntime::Delete(const std::string& name) {
   const auto object = Latest(name);
   if (!object) return absl::OkStatus();  // gone already
-  const auto deleted = client_.Delete(Path("pods", name),
-                                      {.uid = kube::StringAt(*object, {"metadata", "uid"}),
-                                       .grace_period_seconds = template_.grace_period_seconds()});
+  // The pod's own grace period (its spec's, which the template it was made
+  // from gave it), not today's template's: a pod is stopped as it was made.
+  const auto deleted =
+      client_.Delete(Path("pods", name), {.uid = kube::StringAt(*object, {"metadata", "uid"})});
   if (deleted.ok() || deleted.status().code() == absl::StatusCode::kNotFound) {
     return absl::OkStatus();
   }

@@ -36,7 +36,7 @@ absl::StatusOr<uint16_t> PortNamed(const json& container, const std::string& nam
   const json ports = container.value("ports", json::array());
   const int i = Named(ports, name);
   if (i < 0) return Bad(field + ".ports", absl::StrCat("no port named '", name, "'"));
-  const json& port = ports[static_cast<size_t>(i)]["containerPort"];
+  const json port = ports[static_cast<size_t>(i)].value("containerPort", json());
   if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535) {
     return Bad(absl::StrCat(field, ".ports[", name, "].containerPort"), "not a port (1-65535)");
   }
@@ -49,12 +49,14 @@ json& Container(json& pod) {
 }
 
 json OwnerReferences(const Owner& owner) {
+  // No blockOwnerDeletion: the share's finalizer already holds it until its
+  // pods are gone, and asking for it would need a right over the share's
+  // finalizers wherever OwnerReferencesPermissionEnforcement is on.
   return json::array({{{"apiVersion", absl::StrCat(kGroup, "/", kVersion)},
                        {"kind", kKind},
                        {"name", owner.name},
                        {"uid", owner.uid},
-                       {"controller", true},
-                       {"blockOwnerDeletion", true}}});
+                       {"controller", true}}});
 }
 
 }  // namespace
@@ -70,6 +72,19 @@ absl::StatusOr<PodTemplate> PodTemplate::Parse(json manifest) {
 }
 
 absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
+  // What the apiserver set on a pod the template was copied from (kubectl get
+  // -o yaml) would make every Create fail: it goes, as does the status.
+  manifest.erase("status");
+  json& metadata = manifest["metadata"];
+  if (metadata.is_null()) metadata = json::object();
+  if (!metadata.is_object()) return Bad("metadata", "not an object");
+  for (const char* server_set : {"resourceVersion", "uid", "creationTimestamp", "generation",
+                                 "managedFields", "selfLink", "ownerReferences", "namespace"}) {
+    metadata.erase(server_set);
+  }
+  if (metadata.contains("labels") && !metadata["labels"].is_object()) {
+    return Bad("metadata.labels", "not an object");
+  }
   if (manifest.value("apiVersion", "") != "v1" || manifest.value("kind", "") != "Pod") {
     return Bad("kind", "not a v1 Pod");
   }
@@ -101,7 +116,8 @@ absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
   }
   const json volumes = spec.value("volumes", json::array());
   const int data = Named(volumes, kDataVolume);
-  if (data < 0 || !volumes[static_cast<size_t>(data)].contains("persistentVolumeClaim")) {
+  if (data < 0 ||
+      !volumes[static_cast<size_t>(data)].value("persistentVolumeClaim", json()).is_object()) {
     return Bad("spec.volumes",
                absl::StrCat("no volume '", kDataVolume, "' from a persistentVolumeClaim"));
   }
@@ -109,18 +125,29 @@ absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
   if (!grpc.ok()) return grpc.status();
   auto nfs = PortNamed(container, "nfs", field);
   if (!nfs.ok()) return nfs.status();
-  int64_t grace = 30;  // Kubernetes' default
-  if (const auto it = spec.find("terminationGracePeriodSeconds"); it != spec.end()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return Bad("spec.terminationGracePeriodSeconds", "not a number of seconds");
-    }
-    grace = it->get<int64_t>();
+  if (const auto it = spec.find("terminationGracePeriodSeconds");
+      it != spec.end() && (!it->is_number_integer() || it->get<int64_t>() < 0)) {
+    return Bad("spec.terminationGracePeriodSeconds", "not a number of seconds");
   }
   PodTemplate parsed(std::move(manifest));
   parsed.grpc_port_ = *grpc;
   parsed.nfs_port_ = *nfs;
-  parsed.grace_period_seconds_ = grace;
   return parsed;
+}
+
+absl::Status CheckShareFlags(const sharemanager::controller::v1::ShareSpec& spec) {
+  for (int i = 0; i < spec.daemon_flags_size(); ++i) {
+    const std::string& flag = spec.daemon_flags(i);
+    const std::string name = flag.substr(0, flag.find('='));
+    bool reserved = absl::StartsWith(name, "--tls-");
+    for (const char* own : kReservedFlags) reserved = reserved || name == own;
+    if (reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kKind, " ", spec.volume(), " spec.daemonFlags[", i, "]: ", name,
+                       " is the controller's or the pod template's to set, not a share's"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 json PodTemplate::RenderPod(const sharemanager::controller::v1::ShareSpec& spec, uint64_t epoch,

@@ -24,6 +24,17 @@ inline constexpr char kEpochLabel[] = "share-manager/epoch";
 inline constexpr char kAppLabel[] = "app.kubernetes.io/name";
 inline constexpr char kAppName[] = "share-manager";
 
+// Flags of share-manager a share's spec.daemonFlags may not set: who the pod
+// is (its volume, epoch, UID, device), who may call it (--tls-*, the API's
+// listeners) and who may mount (--nfs-clients). Whoever may edit a
+// ShareManager gets no more than that: a pod the template vouches for.
+inline constexpr const char* kReservedFlags[] = {"--volume", "--epoch",         "--pod-uid",
+                                                 "--device", "--export-dir",    "--nfs-clients",
+                                                 "--listen", "--health-listen", "--socket"};
+
+// InvalidArgument naming the first of the share's flags that is reserved.
+absl::Status CheckShareFlags(const sharemanager::controller::v1::ShareSpec& spec);
+
 // The ShareManager a pod belongs to.
 struct Owner {
   std::string name;
@@ -34,6 +45,8 @@ class PodTemplate {
  public:
   // Checks everything rendering relies on; InvalidArgument naming the field
   // ("pod template spec.containers[share-manager].args: no --epoch=...").
+  // What the apiserver sets on a pod (status, metadata.uid, ...) is dropped,
+  // so a pod copied with `kubectl get -o yaml` serves as a template.
   static absl::StatusOr<PodTemplate> Parse(nlohmann::json manifest);
 
   nlohmann::json RenderPod(const sharemanager::controller::v1::ShareSpec& spec, uint64_t epoch,
@@ -44,8 +57,6 @@ class PodTemplate {
 
   uint16_t grpc_port() const { return grpc_port_; }
   uint16_t nfs_port() const { return nfs_port_; }
-  // How long a deleted pod may take to stop (its terminationGracePeriodSeconds).
-  int64_t grace_period_seconds() const { return grace_period_seconds_; }
 
  private:
   explicit PodTemplate(nlohmann::json manifest) : manifest_(std::move(manifest)) {}
@@ -54,7 +65,6 @@ class PodTemplate {
   nlohmann::json manifest_;
   uint16_t grpc_port_ = 0;
   uint16_t nfs_port_ = 0;
-  int64_t grace_period_seconds_ = 30;
 };
 
 }  // namespace controller::kubernetes

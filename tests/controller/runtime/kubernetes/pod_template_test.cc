@@ -29,7 +29,6 @@ TEST_CASE("pod template: the shipped pod becomes each share's pod of each epoch"
   const auto parsed = RequireOk(PodTemplate::Parse(Shipped()));
   CHECK(parsed.grpc_port() == 9600);
   CHECK(parsed.nfs_port() == 2049);
-  CHECK(parsed.grace_period_seconds() == 45);
 
   sharemanager::controller::v1::ShareSpec spec;
   spec.set_volume("pvc-a");
@@ -41,7 +40,7 @@ TEST_CASE("pod template: the shipped pod becomes each share's pod of each epoch"
                                            {"share-manager/epoch", "7"}}));
   CHECK(pod["metadata"]["ownerReferences"] ==
         json::parse(R"([{"apiVersion": "share-manager.io/v1alpha1", "kind": "ShareManager",
-          "name": "pvc-a", "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}])"));
+          "name": "pvc-a", "uid": "uid-1", "controller": true}])"));
   CHECK(pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true");  // kept
   const json& args = Container(pod)["args"];
   CHECK(args[0] == "daemon");
@@ -61,6 +60,44 @@ TEST_CASE("pod template: the shipped pod becomes each share's pod of each epoch"
         json({{"app.kubernetes.io/name", "share-manager"}, {"share-manager/volume", "pvc-a"}}));
   CHECK(service["spec"]["ports"][0]["port"] == 2049);
   CHECK(service["metadata"]["ownerReferences"][0]["uid"] == "uid-1");
+}
+
+TEST_CASE("pod template: a pod copied with kubectl get, or one without metadata, serves") {
+  json copied = Shipped();
+  copied["metadata"]["uid"] = "u-1";
+  copied["metadata"]["resourceVersion"] = "12";
+  copied["metadata"]["namespace"] = "elsewhere";
+  copied["status"] = {{"phase", "Running"}};
+  sharemanager::controller::v1::ShareSpec spec;
+  spec.set_volume("pvc-a");
+  const json pod = RequireOk(PodTemplate::Parse(copied)).RenderPod(spec, 1, {"pvc-a", "u"});
+  CHECK_FALSE(pod["metadata"].contains("uid"));
+  CHECK_FALSE(pod["metadata"].contains("resourceVersion"));
+  CHECK_FALSE(pod["metadata"].contains("namespace"));
+  CHECK_FALSE(pod.contains("status"));
+  json bare = Shipped();
+  bare.erase("metadata");
+  const json from_bare = RequireOk(PodTemplate::Parse(bare)).RenderPod(spec, 2, {"pvc-a", "u"});
+  CHECK(from_bare["metadata"]["name"] == "share-manager-pvc-a-e2");
+  CHECK(from_bare["metadata"]["labels"]["share-manager/epoch"] == "2");
+}
+
+TEST_CASE("pod template: a share's flags may not say who the pod is, who calls it or mounts it") {
+  sharemanager::controller::v1::ShareSpec spec;
+  spec.set_volume("pvc-a");
+  spec.add_daemon_flags("--grace-period=5");
+  spec.add_daemon_flags("--debug");
+  CHECK(CheckShareFlags(spec).ok());
+  for (const char* flag : {"--epoch=0", "--volume=other", "--pod-uid=x", "--device=/dev/sda",
+                           "--nfs-clients=0.0.0.0/0", "--tls-allowed-client=anyone", "--tls-dir",
+                           "--listen=0.0.0.0:1"}) {
+    CAPTURE(flag);
+    auto bad = spec;
+    bad.add_daemon_flags(flag);
+    const auto refused = CheckShareFlags(bad);
+    CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(refused.message()).find("spec.daemonFlags[2]") != std::string::npos);
+  }
 }
 
 TEST_CASE("pod template: what rendering relies on is checked, the error naming the field") {
@@ -103,6 +140,12 @@ TEST_CASE("pod template: what rendering relies on is checked, the error naming t
           "spec.containers[share-manager].ports[nfs].containerPort");
   refused(with("/spec/terminationGracePeriodSeconds"_json_pointer, "soon"),
           "spec.terminationGracePeriodSeconds");
+  refused(with("/metadata"_json_pointer, "pod"), "metadata");
+  refused(with("/metadata/labels"_json_pointer, json::array()), "metadata.labels");
+  refused(with("/spec/volumes/0/persistentVolumeClaim"_json_pointer, "x"), "spec.volumes");
+  json no_port_number = Shipped();
+  Container(no_port_number)["ports"][0].erase("containerPort");
+  refused(no_port_number, "spec.containers[share-manager].ports[grpc].containerPort");
 }
 
 }  // namespace
