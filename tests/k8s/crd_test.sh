@@ -47,8 +47,6 @@ check "a name with a dot (a DNS subdomain, not a volume name) is refused naming 
   refused metadata.name a.b '{}'
 check "a name starting with a digit (no Service could carry it) is refused naming metadata.name" \
   refused metadata.name 1pvc '{}'
-check "a flag only the pod template may set is refused naming spec.daemonFlags" \
-  refused spec.daemonFlags pvc-c '{daemonFlags: ["--grace-period=5", "--nfs-clients=0.0.0.0/0"]}'
 check "a name longer than 63 characters is refused naming metadata.name" \
   refused metadata.name "v$(printf '%063d' 0)" '{}'
 check "a flag that is not --name[=value] is refused naming spec.daemonFlags[0]" \
