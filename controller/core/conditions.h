@@ -29,6 +29,10 @@ inline constexpr char kWaitingToStart[] = "WaitingToStart";
 // restored older record, a lost write, another deployment), not reached by a
 // replacement of its own; the message names both epochs.
 inline constexpr char kEpochAdvanced[] = "EpochAdvanced";
+// True from when a share's serving pod, made from an older pod template, is
+// condemned (its epoch moved on) until a pod of the current template serves
+// it. While one share has it, no other share starts rolling out.
+inline constexpr char kRollingOut[] = "RollingOut";
 }  // namespace condition
 
 using Condition = sharemanager::controller::v1::Condition;

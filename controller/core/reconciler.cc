@@ -163,6 +163,7 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   }
 
   if (!ShouldServe(record)) {
+    ClearCondition(st, condition::kRollingOut, now.wall_ms);
     const bool none = pod == nullptr && observed.stale.empty();
     SetPhase(st, none ? v1::STOPPED : v1::STOPPING,
              none ? (record.deletion_requested() ? "deleted" : "not served")
@@ -253,8 +254,22 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
   } else if (read_only) {
     // A read-only export is repaired by a remount, not by a new pod.
     SetPhase(st, v1::RUNNING, "export read-only; remount requested");
+  } else if (serving && observed.roll_out) {
+    // Replaced as a failed pod is, but not counted as a failure (no backoff):
+    // the next epoch is recorded before this pod is deleted, and its pod is
+    // made once this one is gone, so two never serve at once.
+    const std::string reason = absl::StrCat("rolling out a new pod template: pod ", pod->name,
+                                            " replaced by epoch ", SaturatingIncrement(st.epoch()));
+    SetCondition(st, condition::kRollingOut, true, "TemplateChanged", reason, now.wall_ms);
+    st.set_epoch(SaturatingIncrement(st.epoch()));
+    st.set_pod("");
+    st.set_endpoint("");
+    marks.ForEpoch(st.epoch());
+    SetPhase(st, v1::PENDING, reason);
+    return st;
   } else if (serving) {
     SetPhase(st, v1::RUNNING, "serving");
+    if (!pod->outdated) ClearCondition(st, condition::kRollingOut, now.wall_ms);
     if (!marks.last_replacement) marks.last_replacement = now.mono_ms;
     if (now.mono_ms - *marks.last_replacement >= options.stable_ms) st.set_replacements(0);
     if (now.mono_ms - *marks.serving_since >= options.stable_ms) marks.remounts = 0;
@@ -355,8 +370,26 @@ Reconciler::Deletion Reconciler::DeletePods(const std::vector<const Pod*>& pods,
   return out;
 }
 
+bool Reconciler::ClaimRollout(const std::string& name) {
+  absl::MutexLock lock(&rollout_mu_);
+  if (!rolling_.empty() && rolling_ != name) return false;
+  auto records = store_.List();
+  if (!records.ok()) return false;  // the next pass asks again
+  for (const ShareRecord& other : *records) {
+    if (other.name() != name && ConditionTrue(other.status(), condition::kRollingOut)) return false;
+  }
+  rolling_ = name;
+  return true;
+}
+
+void Reconciler::ReleaseRollout(const std::string& name) {
+  absl::MutexLock lock(&rollout_mu_);
+  if (rolling_ == name) rolling_.clear();
+}
+
 PassResult Reconciler::RemovePods(const std::string& name) {
   if (hooks_.removed) hooks_.removed(name);
+  ReleaseRollout(name);
   std::string volume = name;  // shares are named after their volume
   {
     absl::MutexLock lock(&marks_mu_);
@@ -413,6 +446,8 @@ PassResult Reconciler::Reconcile(const std::string& name) {
       observed.current->phase != PodPhase::kPending) {
     observed.share = connector_.Observe(*observed.current);
   }
+  observed.roll_out = observed.current != nullptr && observed.current->outdated &&
+                      ShouldServe(record) && ClaimRollout(name);
   const Now now = NowBoth();
 
   // Compute and record, before any action.
@@ -428,10 +463,13 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   const bool may_hold = record.status().hold_record() || !record.deletion_requested();
   st.set_hold_record(may_hold && (ShouldServe(record) || !pods->empty()));
   if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
+  // Recorded done (or never begun): the next share may roll out.
+  if (!ConditionTrue(st, condition::kRollingOut)) ReleaseRollout(name);
 
   // Act. Fence first: pods of other epochs go, whatever else happens.
   const Pod* current = observed.current;
-  const bool replace = current != nullptr && (st.phase() == v1::ERROR || !ShouldServe(record));
+  const bool replace = current != nullptr && (st.phase() == v1::ERROR || !ShouldServe(record) ||
+                                              current->epoch != st.epoch());
   std::vector<const Pod*> doomed = observed.stale;
   if (replace) doomed.push_back(current);
   const Deletion deleted = DeletePods(doomed, marks, now.mono_ms);

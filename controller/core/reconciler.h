@@ -105,6 +105,9 @@ struct Observation {
   const Pod* current = nullptr;           // the pod of the status' epoch
   std::vector<const Pod*> stale;          // pods of any other epoch
   std::optional<ShareObservation> share;  // when `current` runs
+  // `current` is outdated and this share holds the rollout (no other share
+  // is rolling out): if it serves, it is replaced now.
+  bool roll_out = false;
   // The highest epoch of any listed pod (epochs only move forward).
   uint64_t epoch = 0;
   // When the observation began: a peer that stayed unreachable for a whole
@@ -146,6 +149,12 @@ class Reconciler {
                      ShareMarks& marks, Now now);
   PassResult CreatePod(ShareRecord& record, ShareStatusRecord status, ShareMarks& marks, Now now);
   int64_t ReplaceBackoff(const ShareStatusRecord& status) const;
+  // Whether `name` may begin replacing its outdated pod: no other share's
+  // record says RollingOut (a rollout this process did not start survives
+  // its restart there) and no other pass here has claimed it.
+  bool ClaimRollout(const std::string& name);
+  // Lets the next share roll out, if `name` held the claim.
+  void ReleaseRollout(const std::string& name);
 
   Store& store_;
   PodRuntime& runtime_;
@@ -158,6 +167,10 @@ class Reconciler {
   // By share name. A share is reconciled by one worker at a time, so an
   // entry is only ever used by one pass; the lock guards the map itself.
   std::map<std::string, ShareMarks> marks_ ABSL_GUARDED_BY(marks_mu_);
+  // One share at a time rolls out a new pod template; held across the store
+  // scan, so two workers never both find the way clear.
+  absl::Mutex rollout_mu_;
+  std::string rolling_ ABSL_GUARDED_BY(rollout_mu_);
 };
 
 }  // namespace controller

@@ -41,6 +41,10 @@ struct Pod {
   // in its status; empty when the runtime gives none (then started_unix_ms
   // tells instances apart).
   std::string uid;
+  // Made from another pod template than the runtime makes pods from now (a
+  // new image, say): the reconciler replaces it, one share at a time, as it
+  // replaces a failed pod (the next epoch, once this one is gone).
+  bool outdated = false;
 };
 
 // The pod name for (volume, epoch): one pod per epoch, so names never repeat.

@@ -16,7 +16,7 @@ absl::StatusOr<Pod> SimulatedCluster::Create(const sharemanager::controller::v1:
   {
     absl::MutexLock lock(&mu_);
     if (pods_.contains(pod.name)) return absl::AlreadyExistsError(pod.name + " exists");
-    pods_[pod.name] = SimPod{.pod = pod};
+    pods_[pod.name] = SimPod{.pod = pod, .template_version = template_version_};
     by_volume_[pod.volume].push_back(pod.name);
   }
   listeners_.Notify(pod.volume);
@@ -78,7 +78,11 @@ absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volum
   ReapLocked();
   std::vector<Pod> out;
   if (auto it = by_volume_.find(volume); it != by_volume_.end()) {
-    for (const auto& name : it->second) out.push_back(pods_.at(name).pod);
+    for (const auto& name : it->second) {
+      const SimPod& sim = pods_.at(name);
+      out.push_back(sim.pod);
+      out.back().outdated = sim.template_version != template_version_;
+    }
   }
   return out;
 }
@@ -194,6 +198,16 @@ void SimulatedCluster::SetReportedVolume(const std::string& name, const std::str
 
 void SimulatedCluster::SetHandledGeneration(const std::string& name, uint64_t generation) {
   Change(name, [&](SimPod& sim) { sim.handled_generation = generation; });
+}
+
+void SimulatedCluster::NewTemplate() {
+  std::vector<std::string> volumes;
+  {
+    absl::MutexLock lock(&mu_);
+    ++template_version_;
+    for (const auto& [volume, names] : by_volume_) volumes.push_back(volume);
+  }
+  for (const auto& volume : volumes) listeners_.Notify(volume);
 }
 
 void SimulatedCluster::SetDeleteLag(int64_t ms) {

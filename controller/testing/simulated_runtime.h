@@ -42,6 +42,7 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
     std::string reported_volume;  // nonempty: answers as this volume's server
     // Deleted, still running until then (a termination grace period); on the clock.
     std::optional<int64_t> gone_at_ms;
+    uint64_t template_version = 0;  // the cluster's when it was created
   };
 
   // Repairs report their elapsed time on `clock` (0 without one), as a
@@ -72,6 +73,8 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   void SetReportedVolume(const std::string& pod, const std::string& volume);
   void SetHandledGeneration(const std::string& pod, uint64_t generation);
   // A deleted pod keeps running this long before it is gone (needs a clock).
+  // A new pod template: pods created before are listed outdated from now on.
+  void NewTemplate();
   void SetDeleteLag(int64_t ms);
   // The next `n` Delete / Mount calls fail without effect (-1: all of them).
   void FailDeletes(int n);
@@ -104,6 +107,7 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   Listeners listeners_;
   FaultInjector rpc_faults_;
   int64_t delete_lag_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t template_version_ ABSL_GUARDED_BY(mu_) = 0;
   int delete_failures_ ABSL_GUARDED_BY(mu_) = 0;
   int mount_failures_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t delete_calls_ ABSL_GUARDED_BY(mu_) = 0;

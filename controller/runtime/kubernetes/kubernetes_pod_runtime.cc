@@ -62,6 +62,7 @@ absl::StatusOr<Pod> PodFromObjectOrThrow(const json& object, const PodTemplate& 
                      kEpochLabel, " (a number) are needed"));
   }
   pod.uid = metadata.value("uid", "");
+  pod.outdated = labels.value(kTemplateHashLabel, "") != pod_template.hash();
   pod.terminating =
       metadata.contains("deletionTimestamp") && !metadata["deletionTimestamp"].is_null();
   const json status = object.value("status", json::object());
@@ -246,5 +247,7 @@ void KubernetesPodRuntime::OnChange(const std::string& key) {
   }
   if (!volume.empty()) listeners_.Notify(volume);
 }
+
+absl::Status KubernetesPodRuntime::Health() const { return informer_->Health(); }
 
 }  // namespace controller::kubernetes

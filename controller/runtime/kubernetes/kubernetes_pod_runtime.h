@@ -55,6 +55,8 @@ class KubernetesPodRuntime final : public PodRuntime {
   absl::Status Delete(const std::string& pod) override;
   absl::StatusOr<std::vector<Pod>> List(const std::string& volume) override;
   void Watch(Listener listener) override;
+  // Whether the pods it sees are current: kube::Informer::Health.
+  absl::Status Health() const;
 
  private:
   KubernetesPodRuntime(kube::Client& client, PodTemplate pod_template,

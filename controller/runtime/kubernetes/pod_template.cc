@@ -59,6 +59,15 @@ json OwnerReferences(const Owner& owner) {
                        {"controller", true}}});
 }
 
+std::string Fnv1a64Hex(const std::string& text) {
+  uint64_t hash = 14695981039346656037ULL;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+}
+
 }  // namespace
 
 absl::StatusOr<PodTemplate> PodTemplate::Parse(json manifest) {
@@ -84,6 +93,12 @@ absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
   }
   if (metadata.contains("labels") && !metadata["labels"].is_object()) {
     return Bad("metadata.labels", "not an object");
+  }
+  // Set per pod: a template copied from a pod hashes as the one it was made from.
+  if (metadata.contains("labels")) {
+    for (const char* own : {kVolumeLabel, kEpochLabel, kTemplateHashLabel}) {
+      metadata["labels"].erase(own);
+    }
   }
   if (manifest.value("apiVersion", "") != "v1" || manifest.value("kind", "") != "Pod") {
     return Bad("kind", "not a v1 Pod");
@@ -130,6 +145,7 @@ absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
     return Bad("spec.terminationGracePeriodSeconds", "not a number of seconds");
   }
   PodTemplate parsed(std::move(manifest));
+  parsed.hash_ = Fnv1a64Hex(parsed.manifest_.dump());
   parsed.grpc_port_ = *grpc;
   parsed.nfs_port_ = *nfs;
   return parsed;
@@ -161,6 +177,7 @@ json PodTemplate::RenderPod(const sharemanager::controller::v1::ShareSpec& spec,
   labels[kAppLabel] = kAppName;
   labels[kVolumeLabel] = spec.volume();
   labels[kEpochLabel] = std::to_string(epoch);
+  labels[kTemplateHashLabel] = hash_;
   metadata["ownerReferences"] = OwnerReferences(owner);
 
   json& container = Container(pod);

@@ -21,6 +21,9 @@ namespace controller::kubernetes {
 inline constexpr char kContainerName[] = "share-manager";
 inline constexpr char kVolumeLabel[] = "share-manager/volume";
 inline constexpr char kEpochLabel[] = "share-manager/epoch";
+// What the pod was made from (PodTemplate::hash): a pod whose label differs
+// from the running controller's template is outdated and rolled out.
+inline constexpr char kTemplateHashLabel[] = "share-manager/pod-template-hash";
 inline constexpr char kAppLabel[] = "app.kubernetes.io/name";
 inline constexpr char kAppName[] = "share-manager";
 
@@ -55,6 +58,9 @@ class PodTemplate {
   // the serving pod from epoch to epoch.
   nlohmann::json RenderService(const std::string& volume, const Owner& owner) const;
 
+  // 16 hex digits naming the template's content (FNV-1a 64 of its canonical
+  // JSON, keys sorted): equal templates give equal hashes on every controller.
+  const std::string& hash() const { return hash_; }
   uint16_t grpc_port() const { return grpc_port_; }
   uint16_t nfs_port() const { return nfs_port_; }
 
@@ -65,6 +71,7 @@ class PodTemplate {
   nlohmann::json manifest_;
   uint16_t grpc_port_ = 0;
   uint16_t nfs_port_ = 0;
+  std::string hash_;
 };
 
 }  // namespace controller::kubernetes

@@ -1261,4 +1261,81 @@ TEST_CASE("hooks: a write refused for a stale resource_version is one store conf
   CHECK(log.phases.size() >= 1);
 }
 
+// A new pod template rolls out share by share through the replacement path:
+// the epoch moves on first, the old pod goes, then the new one is made.
+TEST_CASE("a new pod template rolls out one share at a time, never two pods of a share at once") {
+  Sim sim;
+  const std::vector<std::string> shares = {"a", "b", "c"};
+  for (const auto& share : shares) sim.AddRunningShare(share);
+  sim.cluster.SetDeleteLag(300);  // a termination grace: the old pod serves a while
+  sim.cluster.NewTemplate();
+  int max_rolling = 0;
+  bool done = false;
+  for (int round = 0; round < 200 && !done; ++round) {
+    for (const auto& share : shares) sim.Pass(share);
+    int rolling = 0;
+    int not_running = 0;
+    done = true;
+    for (const auto& share : shares) {
+      const ShareRecord record = sim.Get(share);
+      rolling += ConditionTrue(record.status(), condition::kRollingOut);
+      not_running += record.status().phase() != pb::RUNNING;
+      CHECK(sim.cluster.LivePods(share) <= 1);
+      const auto pods = sim.cluster.Pods(share);
+      done = done && record.status().phase() == pb::RUNNING && record.status().epoch() == 2 &&
+             !ConditionTrue(record.status(), condition::kRollingOut) && pods.size() == 1;
+    }
+    max_rolling = std::max(max_rolling, rolling);
+    CHECK(not_running <= 1);
+    sim.clock.Advance(100);
+  }
+  REQUIRE(done);
+  CHECK(max_rolling == 1);
+  for (const auto& share : shares) {
+    const ShareRecord record = sim.Get(share);
+    CHECK(record.status().replacements() == 0);  // a rollout is no failure: no backoff
+    CHECK_FALSE(RequireCondition(record.status(), condition::kRollingOut).status());
+    auto pods = sim.runtime.List(share);
+    REQUIRE(pods.ok());
+    REQUIRE(pods->size() == 1);
+    CHECK_FALSE(pods->front().outdated);
+  }
+}
+
+TEST_CASE("a rollout begun before a controller restart still holds the other shares back") {
+  Sim sim;
+  sim.AddRunningShare("a");
+  sim.AddRunningShare("b");
+  sim.cluster.SetDeleteLag(1000);
+  sim.cluster.NewTemplate();
+  const uint64_t deletes = sim.cluster.delete_calls();
+  sim.Pass("a");
+  REQUIRE(ConditionTrue(sim.Get("a").status(), condition::kRollingOut));
+  CHECK(sim.Get("a").status().epoch() == 2);
+  CHECK(sim.cluster.delete_calls() == deletes + 1);  // fenced in the pass that moved the epoch
+  sim.Restart();  // the claim in memory is gone; the record's condition is not
+  for (int i = 0; i < 5; ++i) {
+    sim.Pass("b");
+    sim.clock.Advance(100);
+  }
+  CHECK(sim.Get("b").status().epoch() == 1);
+  CHECK(sim.Get("b").status().phase() == pb::RUNNING);
+  REQUIRE(sim.RunUntilRunning("a"));
+  CHECK_FALSE(ConditionTrue(sim.Get("a").status(), condition::kRollingOut));
+  sim.Pass("b");
+  CHECK(sim.Get("b").status().epoch() == 2);
+  CHECK(ConditionTrue(sim.Get("b").status(), condition::kRollingOut));
+}
+
+TEST_CASE("an outdated pod that is not serving is not rolled out: its failure path replaces it") {
+  Sim sim;
+  sim.AddRunningShare("a");
+  sim.cluster.NewTemplate();
+  sim.cluster.SetReadOnly(sim.CurrentPod("a"), true);
+  sim.Pass("a");
+  // Read-only is repaired by a remount, not a new pod: no rollout meanwhile.
+  CHECK(sim.Get("a").status().epoch() == 1);
+  CHECK_FALSE(ConditionTrue(sim.Get("a").status(), condition::kRollingOut));
+}
+
 }  // namespace controller

@@ -25,6 +25,24 @@ json Shipped() {
 
 json& Container(json& pod) { return pod["spec"]["containers"][0]; }
 
+TEST_CASE("pod template: its hash names its content, whoever parses it and however copied") {
+  const auto shipped = RequireOk(PodTemplate::Parse(Shipped()));
+  CHECK(shipped.hash().size() == 16);
+  CHECK(RequireOk(PodTemplate::Parse(Shipped())).hash() == shipped.hash());
+  // A pod made from it, copied back as a template (kubectl get -o yaml).
+  sharemanager::controller::v1::ShareSpec spec;
+  spec.set_volume("pvc-a");
+  const json pod = shipped.RenderPod(spec, 3, {.name = "pvc-a", .uid = "uid-1"});
+  json copied = Shipped();
+  copied["metadata"]["labels"] = pod["metadata"]["labels"];
+  copied["metadata"]["uid"] = "uid-9";
+  CHECK(RequireOk(PodTemplate::Parse(copied)).hash() == shipped.hash());
+  // A new image is a new template.
+  json updated = Shipped();
+  Container(updated)["image"] = "localhost/share-manager:next";
+  CHECK(RequireOk(PodTemplate::Parse(updated)).hash() != shipped.hash());
+}
+
 TEST_CASE("pod template: the shipped pod becomes each share's pod of each epoch") {
   const auto parsed = RequireOk(PodTemplate::Parse(Shipped()));
   CHECK(parsed.grpc_port() == 9600);
@@ -37,7 +55,8 @@ TEST_CASE("pod template: the shipped pod becomes each share's pod of each epoch"
   CHECK(pod["metadata"]["name"] == "share-manager-pvc-a-e7");
   CHECK(pod["metadata"]["labels"] == json({{"app.kubernetes.io/name", "share-manager"},
                                            {"share-manager/volume", "pvc-a"},
-                                           {"share-manager/epoch", "7"}}));
+                                           {"share-manager/epoch", "7"},
+                                           {"share-manager/pod-template-hash", parsed.hash()}}));
   CHECK(pod["metadata"]["ownerReferences"] ==
         json::parse(R"([{"apiVersion": "share-manager.io/v1alpha1", "kind": "ShareManager",
           "name": "pvc-a", "uid": "uid-1", "controller": true}])"));
