@@ -69,6 +69,19 @@ InformerCounters Informer::counters() const {
   return counters_;
 }
 
+absl::Status Informer::Health() const {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.empty()) return absl::UnavailableError(absl::StrCat(options_.path, ": ", failure_));
+  if (!synced_) return absl::UnavailableError(absl::StrCat(options_.path, ": not listed yet"));
+  return absl::OkStatus();
+}
+
+void Informer::Failed(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  ++counters_.failures;
+  failure_ = std::string(status.message());
+}
+
 std::string Informer::ResourceVersion() const {
   absl::MutexLock lock(&mu_);
   return cache_version_;
@@ -113,8 +126,7 @@ bool Informer::Relist() {
   if (!list.ok()) {
     if (!absl::IsCancelled(list.status())) {
       spdlog::warn("informer: {} (retried)", list.status().ToString());
-      absl::MutexLock lock(&mu_);
-      ++counters_.failures;
+      Failed(list.status());
     }
     return false;
   }
@@ -141,6 +153,7 @@ bool Informer::Relist() {
     cache_ = std::move(fresh);
     cache_version_ = list->resource_version;
     ++counters_.lists;
+    failure_.clear();
   }
   resource_version_ = list->resource_version;
   for (const auto& key : changed) Notify(key);
@@ -173,10 +186,11 @@ Informer::WatchEnd Informer::WatchOnce() {
     if (events == 0 && std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) {
       spdlog::warn("informer: {}: the watch ended at once, without an event (backed off)",
                    options_.path);
-      absl::MutexLock lock(&mu_);
-      ++counters_.failures;
+      Failed(absl::UnavailableError("the watch ended at once, without an event"));
       return WatchEnd::kFailed;
     }
+    absl::MutexLock lock(&mu_);
+    failure_.clear();
     return WatchEnd::kEnded;
   }
   if (absl::IsCancelled(status)) return WatchEnd::kStopped;
@@ -185,8 +199,7 @@ Informer::WatchEnd Informer::WatchOnce() {
     return WatchEnd::kGone;
   }
   spdlog::warn("informer: {} (watched again from {})", status.ToString(), resource_version_);
-  absl::MutexLock lock(&mu_);
-  ++counters_.failures;
+  Failed(status);
   return WatchEnd::kFailed;
 }
 
@@ -197,6 +210,7 @@ void Informer::Apply(const WatchEvent& event) {
       resource_version_ = version;
       absl::MutexLock lock(&mu_);
       cache_version_ = version;
+      failure_.clear();
     }
     return;
   }
@@ -213,6 +227,7 @@ void Informer::Apply(const WatchEvent& event) {
     }
     if (!version.empty()) cache_version_ = version;
     ++counters_.events;
+    failure_.clear();
   }
   if (!version.empty()) resource_version_ = version;
   Notify(key);

@@ -88,6 +88,12 @@ class Informer {
   // event's or bookmark's): every change up to it is in the cache. "" before
   // the first list.
   std::string ResourceVersion() const;
+  // OK while the cache is synced and its last list or watch did not fail;
+  // Unavailable (why) before the first list, and from a failure until a list
+  // succeeds, a watch event or bookmark comes or a watch ends cleanly. A
+  // watch reopened after an outage counts at its first event (the apiserver
+  // sends a bookmark about once a minute).
+  absl::Status Health() const;
 
  private:
   using Cache = std::map<std::string, nlohmann::json>;
@@ -120,6 +126,9 @@ class Informer {
   Cache cache_ ABSL_GUARDED_BY(mu_);
   std::string cache_version_ ABSL_GUARDED_BY(mu_);
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
+  std::string failure_ ABSL_GUARDED_BY(mu_);  // since the last success; "" when none
+  // Records a failed list or watch: counted, and the informer unhealthy.
+  void Failed(const absl::Status& status);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   InformerCounters counters_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/socket_address.h"
 #include "base/unique_fd.h"
 
@@ -26,20 +28,56 @@ namespace {
 constexpr char kThreads[] = "2";
 constexpr char kRequestTimeoutMs[] = "10000";
 
+// The health checks of each listening port. civetweb's callbacks carry no
+// pointer of ours (prometheus-cpp owns the server), so a request finds its
+// endpoint's checks by the port it came in on. Shared: a probe in flight
+// keeps the checks it runs while their endpoint goes.
+absl::Mutex health_mu(absl::kConstInit);
+std::map<int, std::shared_ptr<const HealthChecks>>& HealthByPort() {
+  static auto* by_port = new std::map<int, std::shared_ptr<const HealthChecks>>();
+  return *by_port;
+}
+
+std::shared_ptr<const HealthChecks> HealthOf(int port) {
+  absl::MutexLock lock(&health_mu);
+  const auto it = HealthByPort().find(port);
+  return it == HealthByPort().end() ? nullptr : it->second;
+}
+
+int Answer(mg_connection* conn, int code, const std::string& body) {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+            code, mg_get_response_code_text(conn, code), body.size(), body.c_str());
+  return code;
+}
+
 // civetweb calls this first for every request. Returning 0 lets prometheus-cpp's
 // handler answer (GET /metrics only); anything else is answered here.
-int OnlyMetrics(mg_connection* conn) {
+int Route(mg_connection* conn) {
   const mg_request_info* request = mg_get_request_info(conn);
   const char* uri = request->local_uri_raw != nullptr ? request->local_uri_raw : "";
-  if (std::strcmp(uri, kMetricsPath) != 0) {
+  const bool live = std::strcmp(uri, kLivePath) == 0;
+  const bool ready = std::strcmp(uri, kReadyPath) == 0;
+  std::function<absl::Status()> check;
+  if (live || ready) {
+    if (auto health = HealthOf(request->server_port); health != nullptr) {
+      check = live ? health->live : health->ready;
+    }
+  }
+  const bool metrics = std::strcmp(uri, kMetricsPath) == 0;
+  if (!metrics && !check) {
     mg_send_http_error(conn, 404, "%s", "not found: this listener serves /metrics only\n");
     return 404;
   }
   if (std::strcmp(request->request_method, "GET") != 0) {
-    mg_send_http_error(conn, 405, "%s", "method not allowed: GET /metrics only\n");
+    mg_send_http_error(conn, 405, "%s", "method not allowed: GET only\n");
     return 405;
   }
-  return 0;
+  if (metrics) return 0;
+  const absl::Status status = check();
+  return status.ok() ? Answer(conn, 200, "ok\n")
+                     : Answer(conn, 503, absl::StrCat(status.message(), "\n"));
 }
 
 // Where a local connection reaches a listener bound to `listen`'s host.
@@ -74,10 +112,11 @@ std::string CivetwebListen(const std::string& listen) {
 }
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Start(
-    const std::string& listen, std::shared_ptr<prometheus::Collectable> collectable) {
+    const std::string& listen, std::shared_ptr<prometheus::Collectable> collectable,
+    HealthChecks health) {
   static const CivetCallbacks callbacks = [] {
     CivetCallbacks c{};
-    c.begin_request = OnlyMetrics;
+    c.begin_request = Route;
     return c;
   }();
   std::unique_ptr<Endpoint> endpoint(new Endpoint());
@@ -98,6 +137,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Start(
   endpoint->local_host_ = LocalHost(listen);
   endpoint->collectable_ = std::move(collectable);
   endpoint->exposer_->RegisterCollectable(endpoint->collectable_, kMetricsPath);
+  if (health.live || health.ready) {
+    absl::MutexLock lock(&health_mu);
+    HealthByPort()[endpoint->port_] = std::make_shared<const HealthChecks>(std::move(health));
+  }
   return endpoint;
 }
 
@@ -107,6 +150,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Start(
 // while the stop runs, one is made every 20 ms. One accepted before the flag
 // is set just reads its end at once and closes.
 Endpoint::~Endpoint() {
+  {
+    absl::MutexLock lock(&health_mu);
+    HealthByPort().erase(port_);
+  }
   std::atomic<bool> stopped{false};
   std::thread knocker([&] {
     while (!stopped) {

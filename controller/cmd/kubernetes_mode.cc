@@ -76,6 +76,16 @@ KubernetesBackends::~KubernetesBackends() {
   store.reset();
 }
 
+absl::Status KubernetesBackends::Ready() const {
+  if (auto s = store->Health(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("ShareManagers: ", s.message()));
+  }
+  if (auto s = runtime->Health(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("pods: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 void KubernetesBackends::RecordTransition(
     const std::string& share, const sharemanager::controller::v1::ShareStatusRecord& status) {
   ShareEvent event = EventFor(share, status, absl::ToUnixMillis(absl::Now()));

@@ -43,6 +43,9 @@ struct KubernetesBackends {
   std::unique_ptr<KubernetesPodRuntime> runtime;
   std::unique_ptr<ShareEvents> events;
   ~KubernetesBackends();
+  // OK while both informers (shares, pods) are synced and watching; else
+  // which one is not, and why (the controller's readiness).
+  absl::Status Ready() const;
   // Every recorded phase or reason change of a share as an Event on it.
   void RecordTransition(const std::string& share,
                         const sharemanager::controller::v1::ShareStatusRecord& status);

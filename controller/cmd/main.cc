@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -171,7 +172,9 @@ int main(int argc, char** argv) {
   controller::kubernetes::AddKubernetesFlags(app, k8s);
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
-                 "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics (default: off)");
+                 "Serve Prometheus metrics over plain HTTP at HOST:PORT/metrics, and probes: "
+                 "/healthz (the process answers) and /readyz (reconciling, and with --kubernetes "
+                 "watching the apiserver) (default: off)");
   CLI11_PARSE(app, argc, argv);
   if (!metrics_listen.empty()) {
     if (auto v = base::ValidateListen("--metrics-listen", metrics_listen); !v.ok()) {
@@ -459,10 +462,20 @@ int main(int argc, char** argv) {
 
   controller::Controller controller(acting_store, acting_runtime, connector, clock, mono, options);
   // Declared after the controller: stopped (no scrape) before it goes.
+  std::atomic<bool> reconciling{false};
   std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (metrics) {
     metrics->SetQueueDepth([&controller] { return controller.QueueDepth(); });
-    auto endpoint = metrics::Endpoint::Start(metrics_listen, metrics->catalogue());
+    metrics::HealthChecks probes{.live = [] { return absl::OkStatus(); },
+                                 .ready =
+                                     [&reconciling, backends = kubernetes.get()] {
+                                       if (!reconciling)
+                                         return absl::UnavailableError("not reconciling yet");
+                                       return backends != nullptr ? backends->Ready()
+                                                                  : absl::OkStatus();
+                                     }};
+    auto endpoint =
+        metrics::Endpoint::Start(metrics_listen, metrics->catalogue(), std::move(probes));
     if (!endpoint.ok()) {
       std::cerr << "share-controller: --metrics-listen: " << endpoint.status().message()
                 << " (pods left running)\n";
@@ -478,6 +491,7 @@ int main(int argc, char** argv) {
     stop_runtime(true);
     return 1;
   }
+  reconciling = true;
   if (kubernetes) {
     spdlog::info("controlling the ShareManagers of namespace {}", kubernetes->namespace_name);
   } else {

@@ -184,6 +184,36 @@ TEST_CASE("informer: a failing list is retried after growing, jittered waits, th
   CHECK(times[3] - times[2] >= std::chrono::milliseconds(200));
 }
 
+TEST_CASE("informer: healthy once listed, not while its watch fails, again at the next event") {
+  std::atomic<int> lists = 0;
+  std::atomic<int> watches = 0;
+  std::atomic<bool> apiserver_back = false;
+  Harness harness([&](const std::string& request) {
+    if (IsList(request)) {
+      if (lists++ == 0) return FakeReply{.status = 500, .chunks = {"{\"kind\":\"Status\"}"}};
+      return FakeReply{.chunks = {ListOf("10", {Object("a", "10")})}};
+    }
+    if (watches++ == 0)
+      return FakeReply{.chunks = {Event("ADDED", Object("b", "11"))}, .cut = true};
+    if (!apiserver_back) return FakeReply{.status = 503, .chunks = {"{\"kind\":\"Status\"}"}};
+    return FakeReply{.chunks = {Event("MODIFIED", Object("b", "12"))}, .hold = true};
+  });
+  auto informer = harness.Start({.backoff_initial = std::chrono::milliseconds(50),
+                                 .backoff_max = std::chrono::milliseconds(100)});
+  // The first list failed: why is said, with the collection.
+  REQUIRE(WaitFor([&] { return lists >= 1; }, kWait));
+  const absl::Status before = informer->Health();
+  CHECK(before.code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(before.message()).find(kPath) != std::string::npos);
+  // Listed, then its watch cut and refused (503) again and again: unhealthy.
+  REQUIRE(WaitFor([&] { return watches >= 3; }, kWait));
+  CHECK_FALSE(informer->Health().ok());
+  CHECK(informer->HasSynced());  // the cache stays, not current
+  apiserver_back = true;
+  REQUIRE(WaitFor([&] { return informer->Health().ok(); }, kWait));
+  CHECK(harness.recorder.seen().back() == "ns/b@12");
+}
+
 TEST_CASE("informer: Stop ends a silent watch at once, and no handler runs after it") {
   Harness harness([&](const std::string& request) {
     if (IsList(request)) return FakeReply{.chunks = {ListOf("10", {Object("a", "10")})}};

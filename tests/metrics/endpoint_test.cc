@@ -1,8 +1,11 @@
 // The metrics listener on a real loopback port: GET /metrics answers the
-// exposition (valid for Prometheus' reference parser), nothing else answers.
+// exposition (valid for Prometheus' reference parser), the probe paths their
+// checks when given, nothing else answers.
 #include "metrics/endpoint.h"
 
 #include <doctest/doctest.h>
+
+#include <atomic>
 
 #include "base/loopback_port.h"
 #include "metrics/catalogue.h"
@@ -67,6 +70,34 @@ TEST_CASE("metrics endpoint: nothing but GET /metrics is served") {
     CAPTURE(method);
     CHECK(RequireOk(HttpRequest("127.0.0.1", port, method, "/metrics")).status == 405);
   }
+}
+
+TEST_CASE("metrics endpoint: /healthz and /readyz answer their checks, for kubelet's probes") {
+  const uint16_t port = base::FreeLoopbackPort();
+  std::atomic<bool> ready{false};
+  auto endpoint = RequireOk(Endpoint::Start(
+      "127.0.0.1:" + std::to_string(port), Sample(),
+      {.live = [] { return absl::OkStatus(); },
+       .ready =
+           [&ready] {
+             return ready ? absl::OkStatus() : absl::UnavailableError("informer not listed yet");
+           }}));
+  auto live = RequireOk(HttpGet("127.0.0.1", port, "/healthz"));
+  CHECK(live.status == 200);
+  CHECK(live.body == "ok\n");
+  auto not_ready = RequireOk(HttpGet("127.0.0.1", port, "/readyz"));
+  CHECK(not_ready.status == 503);
+  CHECK(not_ready.body == "informer not listed yet\n");
+  ready = true;
+  CHECK(RequireOk(HttpGet("127.0.0.1", port, "/readyz")).status == 200);
+  CHECK(RequireOk(HttpRequest("127.0.0.1", port, "POST", "/healthz")).status == 405);
+  CHECK(RequireOk(HttpGet("127.0.0.1", port, "/healthz/x")).status == 404);
+  CHECK(RequireOk(HttpGet("127.0.0.1", port, "/metrics")).status == 200);
+  // Another endpoint without checks serves neither path.
+  const uint16_t other = base::FreeLoopbackPort();
+  auto plain = RequireOk(Endpoint::Start("127.0.0.1:" + std::to_string(other), Sample()));
+  CHECK(RequireOk(HttpGet("127.0.0.1", other, "/healthz")).status == 404);
+  CHECK(RequireOk(HttpGet("127.0.0.1", other, "/readyz")).status == 404);
 }
 
 TEST_CASE(

@@ -236,4 +236,6 @@ void KubernetesStore::Watch(Listener listener) { listeners_.Add(std::move(listen
 
 std::string KubernetesStore::Uid(const std::string& name) { return UidOf(Latest(name)); }
 
+absl::Status KubernetesStore::Health() const { return informer_->Health(); }
+
 }  // namespace controller::kubernetes

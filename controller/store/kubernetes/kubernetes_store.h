@@ -61,6 +61,8 @@ class KubernetesStore final : public Store {
   // The UID of the share's object ("" when this store holds none): what
   // Events about it name.
   std::string Uid(const std::string& name);
+  // Whether the shares it reads are current: kube::Informer::Health.
+  absl::Status Health() const;
 
  private:
   // The object as this store last wrote it, until the informer catches up.
