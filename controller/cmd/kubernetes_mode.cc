@@ -25,7 +25,7 @@ void AddKubernetesFlags(CLI::App& app, KubernetesFlags& flags) {
                  "kubeconfig context's, or the pod's own)");
   app.add_option("--pod-template", flags.pod_template,
                  "With --kubernetes: the share-manager pod manifest each share's pod is made "
-                 "from (container/k8s/share-manager-pod.yaml, or your own)");
+                 "from (deploy/base/share-manager-pod.yaml, or your own)");
 }
 
 absl::Status CheckKubernetesFlags(const CLI::App& app, const KubernetesFlags& flags) {

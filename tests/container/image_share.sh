@@ -5,7 +5,7 @@
 # The share runs under `buildah run --isolation chroot` (no Docker daemon
 # here) on the host's loopback, as PID 1 of its own PID namespace like in a
 # pod, with the capabilities a Kubernetes container has by default plus the
-# ones the pod template adds (container/k8s/share-manager-pod.yaml; this
+# ones the pod template adds (deploy/base/share-manager-pod.yaml; this
 # machine itself lacks CAP_SYS_RESOURCE, so that one is left out).
 #
 # Callers set: STORAGE (buildah/podman storage flags, array), HOST_SM (the

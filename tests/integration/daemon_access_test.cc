@@ -196,7 +196,7 @@ class ConnectionFlood {
 
 // Health probes as kubelet sends them, on the plaintext health port and on the
 // API port, every 100 ms from their own thread while it runs, each within the
-// manifest's probe timeout (container/k8s/share-manager-pod.yaml: liveness
+// manifest's probe timeout (deploy/base/share-manager-pod.yaml: liveness
 // 2 s, readiness 1 s). Liveness must say SERVING; readiness only has to
 // answer, since the flood's Unmounts withdraw the export and readiness
 // rightly says NOT_SERVING then. As kubelet judges (liveness' failureThreshold

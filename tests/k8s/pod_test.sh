@@ -348,7 +348,7 @@ case_bad_values() {
     bash "$k8s_repo/tests/container/check_manifests.sh" "$npm" >/dev/null
   local bad rc
   for bad in 's|port: 9601|port: 9611|' 's|port: 9601|port: 9600|'; do
-    rm -rf "$work/k8s" && cp -r "$k8s_repo/container/k8s" "$work/k8s"
+    rm -rf "$work/k8s" && cp -rL "$k8s_repo/container/k8s" "$work/k8s"
     sed -i "$bad" "$work/k8s/share-manager-pod.yaml"
     out=$(NODE_PATH=$npm/node_modules node "$k8s_repo/tests/container/validate_manifests.js" \
       --dir "$work/k8s" --node-cidr "$SHAREMGR_K8S_NODE_CIDR" 2>&1)

@@ -1,4 +1,4 @@
-// The share-manager pod template (the shipped container/k8s/share-manager-pod.yaml
+// The share-manager pod template (the shipped deploy/base/share-manager-pod.yaml
 // or an operator's own) and what it becomes for one share and epoch.
 //
 // Rendering keeps everything the template says and sets only what belongs

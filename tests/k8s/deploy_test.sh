@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# share-controller deployed as an operator deploys it: `kubectl apply -k` of
+# an overlay on deploy/base (the CRD, RBAC, the controller's Deployment and
+# the pod template's ConfigMap), the controller's own image and probes. Three
+# ShareManagers get their pods, Ready through kubelet's probes and RUNNING in
+# their status; NFS data goes through a share's Service. Then a new
+# share-manager image tag in the template (the same `apply -k`): the
+# Deployment rolls the controller, which rolls the three shares one at a
+# time. Sampled throughout: at most one share not RUNNING, never two running
+# share-manager containers for one volume. Each share ends under epoch 2 on
+# the new image, and the data reads back.
+#
+# Usage: tests/k8s/deploy_test.sh   (root; a cluster up, the controller image
+#   imported as localhost/share-controller:k8s-test by the fixture)
+set -uo pipefail
+# shellcheck source=tests/k8s/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+controller_image=${SHARE_CONTROLLER_K8S_IMAGE:-localhost/share-controller:k8s-test}
+next_image=localhost/share-manager:k8s-next
+work=$(mktemp -d /tmp/sharemgr-k8s-deploy.XXXXXX)
+shares=(pvc-dep-a pvc-dep-b pvc-dep-c)
+sampler_pid=
+cleanup() {
+  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null
+  # The controller lets each deleted share go once its pod is gone.
+  k delete smgr "${shares[@]}" --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1
+  # Whatever it could not (it failed): the finalizers by hand.
+  for vol in "${shares[@]}"; do
+    k patch smgr "$vol" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+  done
+  k delete -k "$work/overlay" --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1
+  for vol in "${shares[@]}"; do k8s_delete_share "$vol"; done
+  k delete secret share-controller-tls --ignore-not-found >/dev/null 2>&1
+  podman --storage-driver vfs rmi "$next_image" >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+
+field() { k get smgr "$1" -o "jsonpath=$2" 2>/dev/null; }
+serving_epoch() { [[ $(field "$1" '{.status.phase} {.status.epoch}') == "RUNNING $2" ]]; }
+all_serving_epoch() {
+  local vol
+  for vol in "${shares[@]}"; do serving_epoch "$vol" "$1" || return 1; done
+}
+controller_pod() {
+  k get pods -l app.kubernetes.io/name=share-controller --field-selector=status.phase=Running \
+    -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null
+}
+controller_ready() {
+  [[ $(k get deployment share-controller -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}' 2>/dev/null) == 1/1/1 ]]
+}
+image_of() { k get pod "$(k8s_pod_name "$1" "$2")" -o 'jsonpath={.spec.containers[0].image}' 2>/dev/null; }
+
+# The overlay an operator writes: the images, and the pod template with this
+# node's pod network as --nfs-clients.
+overlay() { # TEMPLATE_IMAGE
+  mkdir -p "$work/overlay"
+  k8s_render share-manager-pod.yaml pvc-example 1 "s|image: $k8s_image$|image: $1|" \
+    >"$work/overlay/share-manager-pod.yaml" 2>/dev/null
+  cat >"$work/overlay/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: default
+resources:
+  - $(realpath --relative-to="$work/overlay" "$k8s_repo/deploy/base")
+images:
+  - name: share-controller
+    newName: ${controller_image%:*}
+    newTag: ${controller_image##*:}
+configMapGenerator:
+  - name: share-manager-pod-template
+    behavior: replace
+    files: [share-manager-pod.yaml]
+patches:
+  # Imported into the node, never pulled.
+  - target: {kind: Deployment, name: share-controller}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/imagePullPolicy
+        value: Never
+YAML
+}
+
+# Every 300 ms: how many shares are not RUNNING, and the most running
+# share-manager containers any one volume has. Each list is one read of the
+# apiserver, consistent across its objects.
+sample() {
+  while :; do
+    local phases running
+    phases=$(k get smgr -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null) || continue
+    running=$(k get pods -l app.kubernetes.io/name=share-manager -o \
+      'jsonpath={range .items[*]}{.metadata.labels.share-manager/volume}{" "}{.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' 2>/dev/null) || continue
+    echo "$(grep -cv '^RUNNING$' <<<"$phases") $(awk 'NF == 2 {n[$1]++} END {m = 0; for (v in n) if (n[v] > m) m = n[v]; print m}' <<<"$running")"
+    sleep 0.3
+  done
+}
+
+k8s_tls_files "$work/tls"
+k8s_tls_secret "$work/tls"
+k create secret generic share-controller-tls --from-file="$work/tls/controller/tls.crt" \
+  --from-file="$work/tls/controller/tls.key" --from-file="$work/tls/controller/ca.crt" >/dev/null
+for vol in "${shares[@]}"; do
+  k8s_block_volume "$vol" >/dev/null || fail "a block volume for $vol"
+done
+overlay "$k8s_image"
+if ! out=$(k apply -k "$work/overlay" 2>&1); then
+  fail "kubectl apply -k of an overlay on deploy/base: $out"
+  finish
+fi
+pass "kubectl apply -k of an overlay on deploy/base"
+check "the controller's Deployment is Ready through its probes (/healthz, /readyz)" \
+  eventually 120 controller_ready
+ctl1=$(controller_pod)
+check "the controller runs as uid 65532 on a read-only root filesystem" bash -c \
+  "[[ \$(kubectl get pod $ctl1 -o 'jsonpath={.spec.securityContext.runAsUser} {.spec.containers[0].securityContext.readOnlyRootFilesystem}') == '65532 true' ]]"
+for vol in "${shares[@]}"; do
+  k apply -f - >/dev/null <<YAML
+apiVersion: share-manager.io/v1alpha1
+kind: ShareManager
+metadata: {name: $vol}
+YAML
+done
+check "the three shares are RUNNING under epoch 1" eventually 180 all_serving_epoch 1
+for vol in "${shares[@]}"; do
+  check "$vol's pod is Ready through kubelet's probes" k8s_ready "$(k8s_pod_name "$vol" 1)"
+done
+vol=${shares[0]}
+svc=$(k8s_service_ip "$vol")
+payload=$work/payload
+head -c 3000 /dev/urandom >"$payload"
+check "NFS data is written through $vol's Service ($svc)" eventually 30 nfs_write "$svc" "$vol" a "$payload"
+check "and read back" nfs_same "$svc" "$vol" a "$payload"
+scrape=$(k get --raw "/api/v1/namespaces/default/pods/$ctl1:9700/proxy/metrics" 2>/dev/null)
+check "the controller's /metrics counts the three shares RUNNING" \
+  grep -q '^sharemgr_controller_shares{phase="RUNNING"} 3$' <<<"$scrape"
+
+# A new share-manager image: the same image under a new tag, so that only
+# the template changes.
+podman --storage-driver vfs tag "$k8s_image" "$next_image"
+bash "$k8s_repo/tests/k8s/cluster.sh" import-image "$next_image" "$SHAREMGR_K8S_DIR" >/dev/null
+sample >"$work/samples" &
+sampler_pid=$!
+overlay "$next_image"
+check "kubectl apply -k of the new template" k apply -k "$work/overlay"
+check "the Deployment rolled the controller (a new pod, Ready)" eventually 120 bash -c \
+  "[[ \$(kubectl get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].metadata.name}') != '$ctl1' ]] && \
+   [[ \$(kubectl get deployment share-controller -o 'jsonpath={.status.readyReplicas}/{.status.replicas}') == 1/1 ]]"
+check "the new controller rolls every share to epoch 2" eventually 300 all_serving_epoch 2
+kill "$sampler_pid" 2>/dev/null
+wait "$sampler_pid" 2>/dev/null
+sampler_pid=
+for vol in "${shares[@]}"; do
+  check "$vol runs the new image under epoch 2" test "$(image_of "$vol" 2)" = "$next_image"
+  check "$vol's rollout is recorded done (RollingOut False)" test \
+    "$(field "$vol" '{.status.conditions[?(@.type=="RollingOut")].status}')" = False
+  check "$vol's rollout was no failure (replacements 0)" test "$(field "$vol" '{.status.replacements}')" = 0
+done
+samples=$(wc -l <"$work/samples")
+check "the rollout was sampled ($samples samples)" test "$samples" -ge 20
+check "at most one share was not RUNNING at any sample" \
+  awk '$1 > 1 {bad = 1} END {exit bad}' "$work/samples"
+check "some sample saw a share between pods (the sampler sees rollouts)" \
+  awk '$1 == 1 {seen = 1} END {exit !seen}' "$work/samples"
+check "never two running share-manager containers for one volume" \
+  awk '$2 > 1 {bad = 1} END {exit bad}' "$work/samples"
+check "the same data reads back through the same Service" eventually 60 nfs_same "$svc" "$vol" a "$payload"
+ctl2=$(controller_pod)
+check "the controller was never restarted (liveness held)" bash -c \
+  "[[ \$(kubectl get pod $ctl2 -o 'jsonpath={.status.containerStatuses[0].restartCount}') == 0 ]]"
+if ((failures)); then
+  echo "--- samples (not RUNNING, most running containers of a volume)"
+  sort "$work/samples" | uniq -c
+  echo "--- share-controller's log (last 40 lines)"
+  k logs "$ctl2" --tail=40 2>&1
+fi
+finish
