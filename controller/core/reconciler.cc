@@ -200,6 +200,17 @@ ShareStatusRecord ComputeStatus(const ShareRecord& record, const Observation& ob
     return st;
   }
 
+  if (pod->terminating) {
+    // Deleted by someone else (kubectl, a drain): it serves until it stops,
+    // and only then may its replacement start.
+    SetPhase(st, v1::ERROR,
+             absl::StrCat("pod ", pod->name,
+                          " is being deleted: its replacement is made once it is gone"));
+    SetCondition(st, condition::kPodReady, false, "Terminating", st.reason(), now.wall_ms);
+    keep_condemned();
+    return st;
+  }
+
   // Running (or Unknown): the share-manager's own word decides.
   SetCondition(st, condition::kPodReady, pod->phase == PodPhase::kRunning,
                std::string(PodPhaseName(pod->phase)), "", now.wall_ms);

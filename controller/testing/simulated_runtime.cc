@@ -82,6 +82,7 @@ absl::StatusOr<std::vector<Pod>> SimulatedCluster::List(const std::string& volum
       const SimPod& sim = pods_.at(name);
       out.push_back(sim.pod);
       out.back().outdated = sim.template_version != template_version_;
+      out.back().terminating = sim.gone_at_ms.has_value();
     }
   }
   return out;

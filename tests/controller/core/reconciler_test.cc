@@ -1338,4 +1338,29 @@ TEST_CASE("an outdated pod that is not serving is not rolled out: its failure pa
   CHECK_FALSE(ConditionTrue(sim.Get("a").status(), condition::kRollingOut));
 }
 
+// Seed "two active servers": the pod is deleted behind the controller's back
+// (kubectl delete, a drain) and lingers while its node is slow to stop it.
+TEST_CASE("a pod deleted by someone else: ERROR at once, its replacement only once it is gone") {
+  Sim sim;
+  sim.AddRunningShare("vol");
+  const std::string pod = sim.CurrentPod("vol");
+  sim.cluster.SetDeleteLag(5000);
+  REQUIRE(sim.cluster.Delete(pod).ok());
+  const uint64_t deletes = sim.cluster.delete_calls();
+  for (int i = 0; i < 40; ++i) {  // 4 s of the 5 s it takes to stop
+    sim.Pass("vol");
+    CHECK(sim.cluster.Pods("vol").size() == 1);  // no second pod meanwhile
+    sim.clock.Advance(100);
+  }
+  const ShareRecord waiting = sim.Get("vol");
+  CHECK(waiting.status().phase() == pb::ERROR);
+  CHECK(waiting.status().reason().find("is being deleted") != std::string::npos);
+  CHECK(waiting.status().epoch() == 1);
+  CHECK(sim.cluster.delete_calls() == deletes);  // its deletion is under way: not asked again
+  sim.clock.Advance(1000);
+  REQUIRE(sim.RunUntilRunning("vol"));
+  CHECK(sim.Get("vol").status().epoch() == 2);
+  CHECK(sim.cluster.Pods("vol").size() == 1);
+}
+
 }  // namespace controller

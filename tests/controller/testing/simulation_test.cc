@@ -59,14 +59,15 @@ void RunSeed(uint64_t seed) {
       const uint64_t rpc_faults_before = sim.cluster.rpc_faults().fired();
       const auto before = sim.cluster.Pods(name);
       // A current pod that will answer with a repair within the budget.
-      // (Unless it answers as another server, or was condemned before its repair.)
+      // (Unless it answers as another server, was condemned before its repair,
+      // or its deletion is under way: it goes whatever it answers.)
       std::string repairing;
       const auto status_before = sim.Get(name).status();
       for (const auto& p : before) {
         if (p.pod.epoch == status_before.epoch() && p.repair && !p.frozen &&
             p.pod.phase == PodPhase::kRunning && p.reported_epoch == 0 &&
-            p.reported_volume.empty() && status_before.phase() != pb::ERROR &&
-            sim.clock.NowMs() - p.repair_started_ms <= options.repair_budget_ms) {
+            p.reported_volume.empty() && status_before.phase() != pb::ERROR && !p.gone_at_ms &&
+            sim.clock.MonotonicMs() - p.repair_started_ms <= options.repair_budget_ms) {
           repairing = p.pod.name;
         }
       }
