@@ -4,7 +4,10 @@
 # its pod, Ready through kubelet's probes, and SERVING in its status; NFS
 # through the share's Service; a controller restart adopts the pod; the death
 # budget spent gives a replacement under epoch+1 that serves the same data
-# through the same Service, the old pod deleted; deleting the share holds it
+# through the same Service, the old pod deleted; a read-only ext4, twice, is
+# one remount generation per event and keeps the pod; kubelet frozen while
+# the serving pod is deleted gives ERROR, a quiet wait and never two
+# share-managers, then epoch 3 once kubelet resumes; deleting the share holds it
 # (its finalizer) until its pod is gone and the device released.
 #
 # Usage: tests/k8s/controller_test.sh   (root; a cluster up; SHARE_CONTROLLER=path)
@@ -22,7 +25,9 @@ stop_controller() {
   wait "$ctl_pid" 2>/dev/null
   ctl_pid=
 }
+kubelet_frozen=
 cleanup() {
+  [[ -z $kubelet_frozen ]] || kill -CONT "$kubelet_frozen"
   stop_controller
   # Nothing lets the share go once the controller is gone: its finalizer
   # goes by hand, then everything it owned.
@@ -121,6 +126,28 @@ check "it adopted the pod: the same UID, no other pod, epoch 1" bash -c \
   "[[ \$(kubectl get pods -l share-manager/volume=$vol -o 'jsonpath={.items[*].metadata.uid}') == '$uid1' ]]"
 check "the share still RUNNING under epoch 1" serving_epoch 1
 
+# Seed "remount flood": the pod's ext4 turned read-only by a filesystem
+# error (errors=remount-ro), twice, each repaired in the pod. Each event is
+# one remount generation, acknowledged; none is asked twice, and the pod is
+# kept. (A plain `mount -o remount,ro` is refused while ganesha holds files
+# open for writing.)
+generations() { field '{.status.remountRequestedGeneration} {.status.remountAcknowledgedGeneration}'; }
+acknowledged() { [[ $(field '{.status.remountAcknowledgedGeneration}') == "$1" ]]; }
+read -r req0 ack0 <<<"$(generations)"
+req0=${req0:-0} ack0=${ack0:-0}
+for event in 1 2; do
+  echo "k8s test error $event" >"/sys/fs/ext4/$(basename "$(readlink -f "$device")")/trigger_fs_error"
+  check "ext4 error $event: one generation more, acknowledged" eventually 90 acknowledged $((ack0 + event))
+  check "the share RUNNING again under epoch 1" eventually 60 serving_epoch 1
+done
+sleep 8 # past the remount delay (5 s): a second request for either event would be out
+read -r req ack <<<"$(generations)"
+check "exactly one generation per event ($ack0 -> $ack acknowledged), none requested twice ($req0 -> ${req:-0})" \
+  bash -c "(( $ack == $ack0 + 2 && ${req:-0} <= $ack && ${req:-0} <= $req0 + 2 ))"
+check "the same pod serves: no replacement for a read-only filesystem" \
+  test "$(k get pod "$pod1" -o 'jsonpath={.metadata.uid}')" = "$uid1"
+check "the data reads back after both repairs" eventually 30 nfs_same "$svc" "$vol" a "$payload"
+
 # The death budget spent: share-manager reports FAILED, saying why, and exits
 # 3 with the same words as its termination message. Whichever the controller
 # sees first (the status over gRPC, or the pod's end) is the reason it records.
@@ -140,6 +167,39 @@ check "its pod $pod2 turns Ready" eventually 30 k8s_ready "$pod2"
 check "the old pod was deleted" eventually 60 pod_gone "$pod1"
 check "the Service kept its address" test "$(k8s_service_ip "$vol")" = "$svc"
 check "the same data reads back through it" eventually 30 nfs_same "$svc" "$vol" a "$payload"
+
+# Seed "two active servers": kubelet frozen (SIGSTOP), the serving pod
+# deleted. The API says the pod is going while its container still runs. The
+# controller records that a replacement is wanted and waits, quietly (no
+# status rewrites, no second pod); sampled throughout, never two
+# share-manager processes for the volume. kubelet resumes: it all converges.
+sm_count() { pgrep -fc -- "share-manager daemon .*--volume=$vol( |\$)"; }
+kubelet_pid=$(<"$SHAREMGR_K8S_DIR/pids/kubelet")
+( while :; do sm_count; sleep 0.2; done ) >"$work/sm-samples" 2>/dev/null &
+sampler=$!
+kill -STOP "$kubelet_pid"
+kubelet_frozen=$kubelet_pid
+k delete pod "$pod2" --wait=false >/dev/null
+check "the API says $pod2 is going (deletionTimestamp) while kubelet is frozen" bash -c \
+  "[[ -n \$(kubectl get pod $pod2 -o 'jsonpath={.metadata.deletionTimestamp}') ]]"
+check "the share records ERROR: its pod is being deleted, a replacement wanted" \
+  eventually 20 bash -c "kubectl get smgr $vol -o 'jsonpath={.status.phase} {.status.reason}' | grep -q '^ERROR pod $pod2 is being deleted'"
+version=$(field '{.metadata.resourceVersion}')
+sleep 10
+check "and waits quietly: no status rewritten in 10 s" test "$(field '{.metadata.resourceVersion}')" = "$version"
+check "no replacement pod while the old one may run" test "$(k get pods -l share-manager/volume=$vol -o name | wc -l)" = 1
+check "its share-manager still runs (only the API knows)" test "$(sm_count)" = 1
+kill -CONT "$kubelet_pid"
+kubelet_frozen=
+pod3=share-manager-$vol-e3
+check "kubelet resumed: a replacement under epoch 3 is RUNNING" eventually 120 serving_epoch 3
+check "the old pod is gone" eventually 60 pod_gone "$pod2"
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples") samples)" \
+  awk '$1 > 1 {bad = 1} END {exit bad || NR < 20}' "$work/sm-samples"
+check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"
+pod2=$pod3
 
 # Deleting the share: held until its pod is gone and the device released.
 k delete smgr "$vol" --wait=false >/dev/null
