@@ -133,7 +133,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientConfig config, Clie
 Client::Client(ClientConfig config, ClientOptions options)
     : config_(std::move(config)), options_(options) {}
 
+std::map<std::string, int64_t> Client::RequestCounts() const {
+  absl::MutexLock lock(&counts_mu_);
+  return counts_;
+}
+
 absl::Status Client::Perform(Request& request) {
+  {
+    const bool watch = request.method == "GET" && absl::StrContains(request.path, "watch=1");
+    absl::MutexLock lock(&counts_mu_);
+    ++counts_[watch ? "WATCH" : request.method];
+  }
   std::unique_ptr<CURL, EasyCleanup> easy(curl_easy_init());
   std::unique_ptr<CURLM, MultiCleanup> multi(curl_multi_init());
   if (easy == nullptr || multi == nullptr) {

@@ -10,12 +10,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kube/cancellation.h"
 #include "kube/config.h"
 #include "kube/watch_lines.h"
@@ -85,6 +88,10 @@ class Client {
   absl::Status Watch(const std::string& path, const WatchOptions& options,
                      const std::function<void(const WatchEvent&)>& on_event, Cancellation& cancel);
 
+  // Requests sent so far, by method (GET, PUT, POST, PATCH, DELETE; a watch
+  // is WATCH), answered or not: the load this client puts on the apiserver.
+  std::map<std::string, int64_t> RequestCounts() const;
+
  private:
   struct Request;
   Client(ClientConfig config, ClientOptions options);
@@ -99,6 +106,8 @@ class Client {
 
   const ClientConfig config_;
   const ClientOptions options_;
+  mutable absl::Mutex counts_mu_;
+  std::map<std::string, int64_t> counts_ ABSL_GUARDED_BY(counts_mu_);
 };
 
 }  // namespace kube

@@ -46,9 +46,11 @@ prometheus::ClientMetric GaugeSample(double value,
   return m;
 }
 
-prometheus::ClientMetric CounterSample(double value) {
+prometheus::ClientMetric CounterSample(double value,
+                                       std::vector<prometheus::ClientMetric::Label> labels) {
   prometheus::ClientMetric m;
   m.counter.value = value;
+  m.label = std::move(labels);
   return m;
 }
 

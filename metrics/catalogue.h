@@ -67,7 +67,8 @@ class Catalogue final : public prometheus::Collectable {
 // One sample for a scraped family.
 prometheus::ClientMetric GaugeSample(double value,
                                      std::vector<prometheus::ClientMetric::Label> labels = {});
-prometheus::ClientMetric CounterSample(double value);
+prometheus::ClientMetric CounterSample(double value,
+                                       std::vector<prometheus::ClientMetric::Label> labels = {});
 
 // Seconds, as Prometheus wants durations.
 template <typename Duration>

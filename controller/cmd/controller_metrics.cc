@@ -65,6 +65,23 @@ ControllerMetrics::ControllerMetrics()
       return std::vector{metrics::GaugeSample(static_cast<double>(depth().*field))};
     });
   };
+  catalogue_->AddScraped(
+      "sharemgr_controller_api_requests_total",
+      "requests sent to the Kubernetes API by method (GET, PUT, POST, PATCH, DELETE, WATCH)",
+      prometheus::MetricType::Counter, [this] {
+        std::function<std::map<std::string, int64_t>()> counts;
+        {
+          absl::MutexLock lock(&mu_);
+          counts = api_requests_;
+        }
+        std::vector<prometheus::ClientMetric> samples;
+        if (!counts) return samples;
+        for (const auto& [method, n] : counts()) {
+          samples.push_back(metrics::CounterSample(static_cast<double>(n),
+                                                   {{.name = "method", .value = method}}));
+        }
+        return samples;
+      });
   queue_family("sharemgr_controller_queue_depth", "shares waiting for a worker",
                &WorkQueue::Depth::ready);
   queue_family("sharemgr_controller_queue_delayed",
@@ -88,6 +105,11 @@ GrpcShareConnector::RpcErrorHook ControllerMetrics::RpcErrors() {
 void ControllerMetrics::SetQueueDepth(std::function<WorkQueue::Depth()> depth) {
   absl::MutexLock lock(&mu_);
   depth_ = std::move(depth);
+}
+
+void ControllerMetrics::SetApiRequests(std::function<std::map<std::string, int64_t>()> counts) {
+  absl::MutexLock lock(&mu_);
+  api_requests_ = std::move(counts);
 }
 
 void ControllerMetrics::OnPhase(const std::string& share, v1::Phase phase) {

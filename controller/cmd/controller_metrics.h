@@ -36,6 +36,9 @@ class ControllerMetrics {
   // Where the queue's depth is read at scrape time (a Controller's
   // QueueDepth; it must outlive the endpoint). Until then: no samples.
   void SetQueueDepth(std::function<WorkQueue::Depth()> depth);
+  // Where the Kubernetes API requests sent so far are read, by method, at
+  // scrape time (kube::Client::RequestCounts; it must outlive the endpoint).
+  void SetApiRequests(std::function<std::map<std::string, int64_t>()> counts);
 
   void OnPhase(const std::string& share, sharemanager::controller::v1::Phase phase);
   void OnRemoved(const std::string& share);
@@ -55,6 +58,7 @@ class ControllerMetrics {
   mutable absl::Mutex mu_;
   std::map<std::string, sharemanager::controller::v1::Phase> phases_ ABSL_GUARDED_BY(mu_);
   std::function<WorkQueue::Depth()> depth_ ABSL_GUARDED_BY(mu_);
+  std::function<std::map<std::string, int64_t>()> api_requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace controller

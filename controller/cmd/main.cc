@@ -466,6 +466,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (metrics) {
     metrics->SetQueueDepth([&controller] { return controller.QueueDepth(); });
+    if (kubernetes) {
+      metrics->SetApiRequests([&client = *kubernetes->client] { return client.RequestCounts(); });
+    }
     metrics::HealthChecks probes{.live = [] { return absl::OkStatus(); },
                                  .ready =
                                      [&reconciling, backends = kubernetes.get()] {

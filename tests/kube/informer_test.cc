@@ -176,6 +176,10 @@ TEST_CASE("informer: a failing list is retried after growing, jittered waits, th
   REQUIRE(informer->WaitForSync(absl::Seconds(10)));
   CHECK(harness.recorder.seen() == std::vector<std::string>{"ns/a@10"});
   CHECK(informer->counters().failures == 3);
+  // The client counts what it sent: 4 lists (GET), then one held watch.
+  REQUIRE(WaitFor([&] { return harness.client->RequestCounts().contains("WATCH"); }, kWait));
+  CHECK(harness.client->RequestCounts() ==
+        std::map<std::string, int64_t>{{"GET", 4}, {"WATCH", 1}});
   const auto times = harness.server.times();
   REQUIRE(times.size() >= 4);
   // Each wait is at least half its ceiling (100, 200, 400 ms).
