@@ -69,17 +69,7 @@ ended_or_new_ganesha() { # POD OLD
 k apply -f "$k8s_repo/deploy/base/crd.yaml" >/dev/null
 k wait --for condition=established crd/sharemanagers.share-manager.io --timeout=30s >/dev/null
 k apply -f "$k8s_repo/deploy/base/rbac.yaml" >/dev/null
-token=$(k create token share-controller --duration=1h)
-server=$(kubectl config view --raw --minify -o 'jsonpath={.clusters[0].cluster.server}')
-ca=$(kubectl config view --raw --minify --flatten -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
-cat >"$work/kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-clusters: [{name: test, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
-users: [{name: share-controller, user: {token: "$token"}}]
-contexts: [{name: test, context: {cluster: test, user: share-controller, namespace: default}}]
-current-context: test
-YAML
+k8s_controller_kubeconfig "$work/kubeconfig"
 k8s_tls_files "$work/tls"
 k8s_tls_secret "$work/tls"
 k8s_render share-manager-pod.yaml pvc-example 1 >"$work/template.yaml" 2>/dev/null

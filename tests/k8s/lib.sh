@@ -48,6 +48,24 @@ k8s_image=${SHARE_MANAGER_K8S_IMAGE:-localhost/share-manager:k8s-test}
 
 # ---------------------------------------------------------------- a share's objects
 
+# k8s_controller_kubeconfig FILE: a kubeconfig with a token of the
+# share-controller ServiceAccount (deploy/base/rbac.yaml applied), nothing of
+# the admin's, namespace default.
+k8s_controller_kubeconfig() {
+  local token server ca
+  token=$(k create token share-controller --duration=1h) || return 1
+  server=$(kubectl config view --raw --minify -o 'jsonpath={.clusters[0].cluster.server}')
+  ca=$(kubectl config view --raw --minify --flatten -o 'jsonpath={.clusters[0].cluster.certificate-authority-data}')
+  cat >"$1" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: share-controller, user: {token: "$token"}}]
+contexts: [{name: test, context: {cluster: test, user: share-controller, namespace: default}}]
+current-context: test
+YAML
+}
+
 # k8s_tls_files DIR: a throwaway CA (DIR/ca.crt, ca.key), the pods'
 # certificate with DNS SAN share-manager (DIR/tls.crt, tls.key) and the
 # controller's client certificate with DNS SAN share-controller
