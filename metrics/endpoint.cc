@@ -67,7 +67,8 @@ int Route(mg_connection* conn) {
   }
   const bool metrics = std::strcmp(uri, kMetricsPath) == 0;
   if (!metrics && !check) {
-    mg_send_http_error(conn, 404, "%s", "not found: this listener serves /metrics only\n");
+    mg_send_http_error(conn, 404, "%s",
+                       "not found: this listener serves /metrics (and its probes) only\n");
     return 404;
   }
   if (std::strcmp(request->request_method, "GET") != 0) {

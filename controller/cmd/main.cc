@@ -503,6 +503,7 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  reconciling = false;  // unready from here on: it stops
   spdlog::info("received signal {}; stopping ({})", sig,
                !kubernetes && (stop_pods_on_exit || ephemeral_pods) ? "pods are deleted"
                                                                     : "pods keep running");

@@ -387,7 +387,11 @@ bool Reconciler::ClaimRollout(const std::string& name) {
   auto records = store_.List();
   if (!records.ok()) return false;  // the next pass asks again
   for (const ShareRecord& other : *records) {
-    if (other.name() != name && ConditionTrue(other.status(), condition::kRollingOut)) return false;
+    if (other.name() != name && ConditionTrue(other.status(), condition::kRollingOut)) {
+      // Its own passes release it: until then nobody scans again.
+      rolling_ = other.name();
+      return false;
+    }
   }
   rolling_ = name;
   return true;
@@ -473,7 +477,11 @@ PassResult Reconciler::Reconcile(const std::string& name) {
   // finalizer added then); it is only let go.
   const bool may_hold = record.status().hold_record() || !record.deletion_requested();
   st.set_hold_record(may_hold && (ShouldServe(record) || !pods->empty()));
-  if (auto s = Persist(record, st); !s.ok()) return {.requeue_after_ms = std::nullopt, .error = s};
+  if (auto s = Persist(record, st); !s.ok()) {
+    // A claim no record shows would hold every other share back unseen.
+    if (!ConditionTrue(record.status(), condition::kRollingOut)) ReleaseRollout(name);
+    return {.requeue_after_ms = std::nullopt, .error = s};
+  }
   // Recorded done (or never begun): the next share may roll out.
   if (!ConditionTrue(st, condition::kRollingOut)) ReleaseRollout(name);
 

@@ -72,9 +72,9 @@ class SimulatedCluster final : public PodRuntime, public ShareConnector {
   void SetReportedEpoch(const std::string& pod, uint64_t epoch);
   void SetReportedVolume(const std::string& pod, const std::string& volume);
   void SetHandledGeneration(const std::string& pod, uint64_t generation);
-  // A deleted pod keeps running this long before it is gone (needs a clock).
   // A new pod template: pods created before are listed outdated from now on.
   void NewTemplate();
+  // A deleted pod keeps running this long before it is gone (needs a clock).
   void SetDeleteLag(int64_t ms);
   // The next `n` Delete / Mount calls fail without effect (-1: all of them).
   void FailDeletes(int n);

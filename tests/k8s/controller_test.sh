@@ -26,8 +26,10 @@ stop_controller() {
   ctl_pid=
 }
 kubelet_frozen=
+sampler=
 cleanup() {
   [[ -z $kubelet_frozen ]] || kill -CONT "$kubelet_frozen"
+  [[ -z $sampler ]] || kill "$sampler" 2>/dev/null
   stop_controller
   # Nothing lets the share go once the controller is gone: its finalizer
   # goes by hand, then everything it owned.
@@ -165,10 +167,11 @@ check "the same data reads back through it" eventually 30 nfs_same "$svc" "$vol"
 # share-manager processes for the volume. kubelet resumes: it all converges.
 sm_count() { pgrep -fc -- "share-manager daemon .*--volume=$vol( |\$)"; }
 kubelet_pid=$(<"$SHAREMGR_K8S_DIR/pids/kubelet")
+check "kubelet's pid file names kubelet" grep -q kubelet "/proc/$kubelet_pid/cmdline"
 ( while :; do sm_count; sleep 0.2; done ) >"$work/sm-samples" 2>/dev/null &
 sampler=$!
-kill -STOP "$kubelet_pid"
 kubelet_frozen=$kubelet_pid
+kill -STOP "$kubelet_pid"
 k delete pod "$pod2" --wait=false >/dev/null
 check "the API says $pod2 is going (deletionTimestamp) while kubelet is frozen" bash -c \
   "[[ -n \$(kubectl get pod $pod2 -o 'jsonpath={.metadata.deletionTimestamp}') ]]"
@@ -186,6 +189,7 @@ check "kubelet resumed: a replacement under epoch 3 is RUNNING" eventually 120 s
 check "the old pod is gone" eventually 60 pod_gone "$pod2"
 kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
+sampler=
 check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples") samples)" \
   awk '$1 > 1 {bad = 1} END {exit bad || NR < 20}' "$work/sm-samples"
 check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"

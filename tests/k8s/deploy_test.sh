@@ -31,7 +31,7 @@ cleanup() {
   done
   k delete -k "$work/overlay" --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1
   for vol in "${shares[@]}"; do k8s_delete_share "$vol"; done
-  k delete secret share-controller-tls --ignore-not-found >/dev/null 2>&1
+  k delete secret share-controller-tls share-manager-tls --ignore-not-found >/dev/null 2>&1
   podman --storage-driver vfs rmi "$next_image" >/dev/null 2>&1
   rm -rf "$work"
 }
@@ -89,9 +89,9 @@ YAML
 sample() {
   while :; do
     local phases running
-    phases=$(k get smgr -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null) || continue
+    phases=$(k get smgr -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null) || { sleep 0.3; continue; }
     running=$(k get pods -l app.kubernetes.io/name=share-manager -o \
-      'jsonpath={range .items[*]}{.metadata.labels.share-manager/volume}{" "}{.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' 2>/dev/null) || continue
+      'jsonpath={range .items[*]}{.metadata.labels.share-manager/volume}{" "}{.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}' 2>/dev/null) || { sleep 0.3; continue; }
     echo "$(grep -cv '^RUNNING$' <<<"$phases") $(awk 'NF == 2 {n[$1]++} END {m = 0; for (v in n) if (n[v] > m) m = n[v]; print m}' <<<"$running")"
     sleep 0.3
   done

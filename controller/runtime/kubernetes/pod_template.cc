@@ -145,7 +145,12 @@ absl::StatusOr<PodTemplate> PodTemplate::ParseOrThrow(json manifest) {
     return Bad("spec.terminationGracePeriodSeconds", "not a number of seconds");
   }
   PodTemplate parsed(std::move(manifest));
-  parsed.hash_ = Fnv1a64Hex(parsed.manifest_.dump());
+  // Of a render with every per-pod field fixed (name, labels, owner, the
+  // --volume and --epoch values, device, claim): an edit of those
+  // placeholders changes no pod, so it rolls none out.
+  sharemanager::controller::v1::ShareSpec canonical;
+  canonical.set_volume("volume");
+  parsed.hash_ = Fnv1a64Hex(parsed.RenderPod(canonical, 0, {}).dump());
   parsed.grpc_port_ = *grpc;
   parsed.nfs_port_ = *nfs;
   return parsed;

@@ -58,8 +58,9 @@ class PodTemplate {
   // the serving pod from epoch to epoch.
   nlohmann::json RenderService(const std::string& volume, const Owner& owner) const;
 
-  // 16 hex digits naming the template's content (FNV-1a 64 of its canonical
-  // JSON, keys sorted): equal templates give equal hashes on every controller.
+  // 16 hex digits naming what the template makes of a pod (FNV-1a 64 of a
+  // render's JSON with the per-pod fields fixed, keys sorted): equal
+  // templates give equal hashes on every controller.
   const std::string& hash() const { return hash_; }
   uint16_t grpc_port() const { return grpc_port_; }
   uint16_t nfs_port() const { return nfs_port_; }

@@ -1327,7 +1327,7 @@ TEST_CASE("a rollout begun before a controller restart still holds the other sha
   CHECK(ConditionTrue(sim.Get("b").status(), condition::kRollingOut));
 }
 
-TEST_CASE("an outdated pod that is not serving is not rolled out: its failure path replaces it") {
+TEST_CASE("an outdated pod whose export is read-only is remounted, not rolled out") {
   Sim sim;
   sim.AddRunningShare("a");
   sim.cluster.NewTemplate();
