@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: first the normal build (unit tests, then
 # integration tests with real ganesha and a real NFS client, then the mutants
-# that must die, then the container image built and run, then that image as
-# a pod on a real single-node Kubernetes), then a Release build
+# that must die, then the container images built and run, then those images
+# on a real single-node Kubernetes), then a Release build
 # (build only: -O3 finds warnings the other builds do not), clang's
 # thread-safety analysis (ABSL_GUARDED_BY), then the unit and integration
 # suite again under AddressSanitizer + UBSan, then every fuzz target for a
@@ -21,17 +21,25 @@ echo "== mutants that must die (tests/mutants: each a plausible bug some test mu
 # The tests just passed on this source: no baseline run needed.
 bash tests/mutants/run.sh --no-baseline
 
-echo "== container image and manifests"
-# One image for this stage and the next, built from a clean checkout of HEAD.
+echo "== container images and manifests"
+# The two images for this stage and the next, built once from a clean
+# checkout of HEAD (one builder compiles both binaries).
 image=localhost/share-manager:test-$$
-trap 'podman --storage-driver vfs rmi "$image" >/dev/null 2>&1 || true' EXIT
-bash container/build_head.sh "$image"
-SHARE_MANAGER_IMAGE=$image ctest --test-dir build -L container --verbose --output-on-failure
+controller_image=localhost/share-controller:test-$$
+remove_images() {
+  podman --storage-driver vfs rmi "$image" >/dev/null 2>&1 || true
+  podman --storage-driver vfs rmi "$controller_image" >/dev/null 2>&1 || true
+}
+trap remove_images EXIT
+bash container/build_head.sh "$image" "$controller_image"
+SHARE_MANAGER_IMAGE=$image SHARE_CONTROLLER_IMAGE=$controller_image \
+  ctest --test-dir build -L container --verbose --output-on-failure
 
 echo "== Kubernetes: the pod on a real node (tests/k8s; one cluster for the stage)"
 # The cluster's binaries are built once per version and cached outside the
 # repository (tests/k8s/build_binaries.sh); the stage itself then takes minutes.
-SHARE_MANAGER_IMAGE=$image ctest --test-dir build -L k8s --output-on-failure
+SHARE_MANAGER_IMAGE=$image SHARE_CONTROLLER_IMAGE=$controller_image \
+  ctest --test-dir build -L k8s --output-on-failure
 
 echo "== Release build (-O3, as packagers build; warnings are errors here)"
 BUILD_DIR=build-release BUILD_TYPE=Release bash scripts/build.sh

@@ -19,6 +19,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 HOST_SM=$(realpath "${1:?usage: image_test.sh HOST_SHARE_MANAGER}")
 STORAGE=(--storage-driver vfs)
+source "$repo/tests/container/checks.sh"
 source "$repo/tests/container/image_share.sh"
 
 work=$(mktemp -d /tmp/share-manager-image-test.XXXXXX)
@@ -28,7 +29,6 @@ nfs_port=$(free_port)
 grpc_port=$(free_port)
 ctr=
 loop_dev=
-failures=0
 
 cleanup() {
   image_share_kill "$grpc_port"
@@ -40,16 +40,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' INT TERM # so that cleanup runs when interrupted too
 
-pass() { echo "ok   $*"; }
-fail() {
-  echo "FAIL $*"
-  failures=$((failures + 1))
-}
-check() { # check DESCRIPTION COMMAND...: runs the command, records the outcome.
-  local what=$1
-  shift
-  if "$@"; then pass "$what"; else fail "$what"; fi
-}
 in_image() { buildah "${STORAGE[@]}" run --isolation chroot "$ctr" -- "$@"; }
 eventually() { # eventually SECONDS COMMAND...: retries every 50 ms until it succeeds
   local deadline=$(($(now_ms) + $1 * 1000))
@@ -80,21 +70,7 @@ stop_cleanly() { # SIGTERM, as the kubelet sends it
     test "$IMAGE_SHARE_EXIT" = 0
 }
 
-if [[ -n ${SHARE_MANAGER_IMAGE:-} ]]; then
-  echo "== testing the existing image $tag"
-else
-  build_start=$(now_ms)
-  bash "$repo/container/build_head.sh" "$tag" || {
-    fail "image builds with container/build.sh"
-    exit 1
-  }
-  pass "image builds with container/build.sh in $((($(now_ms) - build_start) / 1000)) s"
-fi
-
-unpacked=$(podman "${STORAGE[@]}" image inspect "$tag" --format '{{.Size}}')
-compressed=$(podman "${STORAGE[@]}" save --format docker-archive "$tag" 2>/dev/null | gzip -6 | wc -c)
-echo "image size: $((unpacked / 1000000)) MB unpacked, $((compressed / 1000000)) MB compressed" \
-  "($unpacked / $compressed bytes; compressed = gzip -6 of 'podman save')"
+image_under_test "${SHARE_MANAGER_IMAGE:-}" "$tag" "$tag"
 
 ctr=$(buildah "${STORAGE[@]}" from --pull=never "$tag")
 entrypoint=$(podman "${STORAGE[@]}" image inspect "$tag" --format '{{json .Config.Entrypoint}}')
