@@ -30,6 +30,9 @@ cleanup() {
     k patch smgr "$vol" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
   done
   k delete -k "$work/overlay" --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1
+  # The first template's ConfigMap: the second apply made one of another name.
+  k get configmap -o name 2>/dev/null | grep '/share-manager-pod-template-' |
+    xargs -r kubectl delete --ignore-not-found >/dev/null 2>&1
   for vol in "${shares[@]}"; do k8s_delete_share "$vol"; done
   k delete secret share-controller-tls share-manager-tls --ignore-not-found >/dev/null 2>&1
   podman --storage-driver vfs rmi "$next_image" >/dev/null 2>&1
