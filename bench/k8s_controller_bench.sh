@@ -159,16 +159,17 @@ bench_failover() {
 # The sum of the samples in a scrape (stdin) whose line starts with PREFIX.
 sum_of() { awk -v pre="$1" 'index($0, pre) == 1 {s += $NF} END {printf "%.0f\n", s}'; }
 
+load_running() { # N: all N bench-load shares RUNNING
+  local phases
+  phases=$(k get smgr -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}' 2>/dev/null | grep '^bench-load-')
+  [[ $(grep -c ' RUNNING$' <<<"$phases") == "$1" ]]
+}
+
 bench_load() {
   local n=${SHARES:-12} i t0 before after api0 api1 d
   t0=$(now_ms)
   for ((i = 1; i <= n; i++)); do share "bench-load-$i" || return; done
-  all_running() {
-    local phases
-    phases=$(k get smgr -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}' 2>/dev/null | grep '^bench-load-')
-    [[ $(grep -c ' RUNNING$' <<<"$phases") == "$n" ]]
-  }
-  eventually 600 all_running || echo "load: not all $n RUNNING"
+  eventually 600 load_running "$n" || echo "load: not all $n RUNNING"
   echo "$n shares created -> all RUNNING: $(($(now_ms) - t0)) ms"
   sleep 10
   before=$(scrape)

@@ -165,6 +165,7 @@ check "the same data reads back through it" eventually 30 nfs_same "$svc" "$vol"
 # controller records that a replacement is wanted and waits, quietly (no
 # status rewrites, no second pod); sampled throughout, never two
 # share-manager processes for the volume. kubelet resumes: it all converges.
+one_at_most_of_20() { awk '$1 > 1 {bad = 1} END {exit bad || NR < 20}' "$1"; } # FILE: >= 20 samples, none above 1
 sm_count() { pgrep -fc -- "share-manager daemon .*--volume=$vol( |\$)"; }
 kubelet_pid=$(<"$SHAREMGR_K8S_DIR/pids/kubelet")
 check "kubelet's pid file names kubelet" grep -q kubelet "/proc/$kubelet_pid/cmdline"
@@ -191,7 +192,7 @@ kill "$sampler" 2>/dev/null
 wait "$sampler" 2>/dev/null
 sampler=
 check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples") samples)" \
-  awk '$1 > 1 {bad = 1} END {exit bad || NR < 20}' "$work/sm-samples"
+  one_at_most_of_20 "$work/sm-samples"
 check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"
 pod2=$pod3
 
