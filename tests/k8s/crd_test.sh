@@ -2,7 +2,7 @@
 # The ShareManager CRD (deploy/base/crd.yaml) on a real apiserver: bad names,
 # sizes and flags are refused naming the field, the status is a subresource
 # (metadata.generation moves with the spec alone), and `kubectl get` shows
-# phase, epoch, pod and age.
+# phase, epoch, pod, rolling and age.
 set -uo pipefail
 # shellcheck source=tests/k8s/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -89,8 +89,8 @@ check "a condition without a reason is refused naming it" \
   '{"status":{"conditions":[{"type":"Healthy","status":"True","reason":"","lastTransitionTime":"2026-12-02T01:02:03.004Z"}]}}'
 
 header=$(k -n "$ns" get smgr 2>&1 | head -1)
-check "kubectl get shows phase, epoch, pod and age ($header)" \
-  grep -qE '^NAME +PHASE +EPOCH +POD +AGE$' <<<"$header"
+check "kubectl get shows phase, epoch, pod, rolling and age ($header)" \
+  grep -qE '^NAME +PHASE +EPOCH +POD +ROLLING +AGE$' <<<"$header"
 check "kubectl get shows the values" \
   grep -qE '^pvc-a +RUNNING +3 +pvc-a-e3 ' <<<"$(k -n "$ns" get smgr pvc-a --no-headers)"
 finish
