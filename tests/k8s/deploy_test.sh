@@ -35,7 +35,7 @@ cleanup() {
     xargs -r kubectl delete --ignore-not-found >/dev/null 2>&1
   for vol in "${shares[@]}"; do k8s_delete_share "$vol"; done
   k delete secret share-controller-tls share-manager-tls --ignore-not-found >/dev/null 2>&1
-  podman --storage-driver vfs rmi "$next_image" >/dev/null 2>&1
+  ctr --address "$SHAREMGR_K8S_CONTAINERD" -n k8s.io images rm "$next_image" >/dev/null 2>&1
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -149,8 +149,9 @@ check "the controller's /metrics counts the three shares RUNNING" \
 
 # A new share-manager image: the same image under a new tag, so that only
 # the template changes.
-podman --storage-driver vfs tag "$k8s_image" "$next_image"
-bash "$k8s_repo/tests/k8s/cluster.sh" import-image "$next_image" "$SHAREMGR_K8S_DIR" >/dev/null
+# Tagged in the node's containerd: the fixture keeps no podman tag of it.
+check "the node's image is tagged anew ($next_image)" \
+  ctr --address "$SHAREMGR_K8S_CONTAINERD" -n k8s.io images tag --force "$k8s_image" "$next_image"
 sample >"$work/samples" &
 sampler_pid=$!
 overlay "$next_image"
