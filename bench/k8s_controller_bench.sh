@@ -78,13 +78,7 @@ fi
 # shellcheck source=tests/k8s/lib.sh
 source "$repo/tests/k8s/lib.sh"
 
-k apply -f "$repo/deploy/base/crd.yaml" >/dev/null
-k wait --for condition=established crd/sharemanagers.share-manager.io --timeout=30s >/dev/null
-k apply -f "$repo/deploy/base/rbac.yaml" >/dev/null
-k8s_controller_kubeconfig "$work/kubeconfig"
-k8s_tls_files "$work/tls"
-k8s_tls_secret "$work/tls"
-k8s_render share-manager-pod.yaml pvc-example 1 >"$work/template.yaml" 2>/dev/null
+k8s_controller_setup "$work"
 metrics_port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$controller_bin" --kubernetes --kubeconfig "$work/kubeconfig" --pod-template "$work/template.yaml" \
   --tls-dir "$work/tls/controller" --tls-server-name share-manager \

@@ -68,13 +68,7 @@ ended_or_new_ganesha() { # POD OLD
 
 # The API objects, the controller's identity, its kubeconfig (a token of its
 # ServiceAccount, nothing of the admin's), the certificates and the template.
-k apply -f "$k8s_repo/deploy/base/crd.yaml" >/dev/null
-k wait --for condition=established crd/sharemanagers.share-manager.io --timeout=30s >/dev/null
-k apply -f "$k8s_repo/deploy/base/rbac.yaml" >/dev/null
-k8s_controller_kubeconfig "$work/kubeconfig"
-k8s_tls_files "$work/tls"
-k8s_tls_secret "$work/tls"
-k8s_render share-manager-pod.yaml pvc-example 1 >"$work/template.yaml" 2>/dev/null
+k8s_controller_setup "$work"
 device=$(k8s_block_volume "$vol") || {
   fail "a block volume for $vol"
   finish

@@ -66,6 +66,20 @@ current-context: test
 YAML
 }
 
+# k8s_controller_setup DIR: what share-controller on the host needs: the CRD
+# (established) and its RBAC applied, DIR/kubeconfig of its ServiceAccount,
+# DIR/tls (k8s_tls_files, and the pods' Secret from it) and DIR/template.yaml,
+# the shipped pod rendered for this node.
+k8s_controller_setup() {
+  k apply -f "$k8s_repo/deploy/base/crd.yaml" >/dev/null
+  k wait --for condition=established crd/sharemanagers.share-manager.io --timeout=30s >/dev/null
+  k apply -f "$k8s_repo/deploy/base/rbac.yaml" >/dev/null
+  k8s_controller_kubeconfig "$1/kubeconfig"
+  k8s_tls_files "$1/tls"
+  k8s_tls_secret "$1/tls"
+  k8s_render share-manager-pod.yaml pvc-example 1 >"$1/template.yaml" 2>/dev/null
+}
+
 # k8s_tls_files DIR: a throwaway CA (DIR/ca.crt, ca.key), the pods'
 # certificate with DNS SAN share-manager (DIR/tls.crt, tls.key) and the
 # controller's client certificate with DNS SAN share-controller
