@@ -27,14 +27,6 @@ tool=$build/bench/k8s_nfs_tool
 export SHAREMGR_K8S_DIR=/run/sharemgr-k8s-bench
 bench_image=localhost/share-manager:k8s-bench
 
-# min / median / max of numbers on stdin, as "min M, median M, max M (n N)".
-stats() {
-  sort -g | awk '{v[NR] = $1} END {
-    if (NR == 0) {print "no runs"; exit}
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "min %.1f, median %.1f, max %.1f (n %d)\n", v[1], m, v[NR], NR}'
-}
-
 cluster_up() {
   bash "$repo/tests/k8s/cluster.sh" down "$SHAREMGR_K8S_DIR"
   bash "$repo/tests/k8s/cluster.sh" up "$SHAREMGR_K8S_DIR" >/dev/null || exit 1

@@ -43,13 +43,6 @@ work=$(mktemp -d /tmp/sharemgr-k8s-ctl-bench.XXXXXX)
 ctl_pid=
 made=()
 
-stats() {
-  grep . | sort -g | awk '{v[NR] = $1} END {
-    if (NR == 0) {print "no runs"; exit}
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "min %.1f, median %.1f, max %.1f (n %d)\n", v[1], m, v[NR], NR}'
-}
-
 cleanup() {
   k delete smgr "${made[@]}" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
   [[ -z $ctl_pid ]] || { kill -TERM "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null; }

@@ -43,6 +43,15 @@ eventually() { # eventually SECONDS COMMAND...: every 100 ms until it succeeds
 
 k() { kubectl --request-timeout=20s "$@"; }
 
+# min / median / max of the numbers on stdin (blank lines skipped), as
+# "min M, median M, max M (n N)": the benchmarks' summaries.
+stats() {
+  grep . | sort -g | awk '{v[NR] = $1} END {
+    if (NR == 0) {print "no runs"; exit}
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "min %.1f, median %.1f, max %.1f (n %d)\n", v[1], m, v[NR], NR}'
+}
+
 # The image under test, imported into the node by the fixture.
 k8s_image=${SHARE_MANAGER_K8S_IMAGE:-localhost/share-manager:k8s-test}
 
