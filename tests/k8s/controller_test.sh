@@ -7,8 +7,9 @@
 # through the same Service, the old pod deleted; a read-only ext4, twice, is
 # one remount generation per event and keeps the pod; kubelet frozen while
 # the serving pod is deleted gives ERROR, a quiet wait and never two
-# share-managers, then epoch 3 once kubelet resumes; deleting the share holds it
-# (its finalizer) until its pod is gone and the device released.
+# share-managers, then epoch 3 once kubelet resumes; deleting the share while a
+# client writes holds it (its finalizer) until its pod is gone and the device
+# released, and every acknowledged write is on the device.
 #
 # Usage: tests/k8s/controller_test.sh   (root; a cluster up; SHARE_CONTROLLER=path)
 set -uo pipefail
@@ -27,9 +28,17 @@ stop_controller() {
 }
 kubelet_frozen=
 sampler=
+writer=
+device_mounted=
 cleanup() {
   [[ -z $kubelet_frozen ]] || kill -CONT "$kubelet_frozen"
   [[ -z $sampler ]] || kill "$sampler" 2>/dev/null
+  if [[ -n $writer ]]; then
+    touch "$work/stop-writing"
+    kill "$writer" 2>/dev/null
+    wait "$writer" 2>/dev/null
+  fi
+  [[ -z $device_mounted ]] || umount "$device_mounted"
   stop_controller
   # Nothing lets the share go once the controller is gone: its finalizer
   # goes by hand, then everything it owned.
@@ -190,13 +199,48 @@ check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples") 
 check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"
 pod2=$pod3
 
-# Deleting the share: held until its pod is gone and the device released.
+# Deleting the share while a client writes through its Service: held until
+# its pod is gone and the device released, and every write the client was
+# told succeeded is on the device (read with it mounted read-only, its
+# journal not replayed: a clean release leaves nothing to replay).
+write_until_stopped() {
+  local n=0
+  while [[ ! -e $work/stop-writing ]]; do
+    n=$((n + 1))
+    if nfs_write "$svc" "$vol" "w-$n" "$payload"; then echo "w-$n" >>"$work/acked"; fi
+    sleep 0.2
+  done
+}
+every_acked_write_kept() {
+  local name
+  while read -r name; do
+    cmp -s "$work/device/$name" "$payload" || {
+      echo "acknowledged write $name is not on the device" >&2
+      return 1
+    }
+  done <"$work/acked"
+}
+: >"$work/acked"
+write_until_stopped &
+writer=$!
+check "a client writes through the Service" eventually 30 test -s "$work/acked"
+acked_before=$(wc -l <"$work/acked")
 k delete smgr "$vol" --wait=false >/dev/null
 check "the deleted share is held (deletionTimestamp, finalizer) while its pod exists" bash -c \
   "[[ -n \$(kubectl get smgr $vol -o 'jsonpath={.metadata.deletionTimestamp}') ]] && kubectl get pod $pod2 >/dev/null 2>&1"
 check "its pod goes" eventually 90 pod_gone "$pod2"
+touch "$work/stop-writing"
+wait "$writer" 2>/dev/null
+writer=
 check "then the share object goes" eventually 30 share_gone
 check "the device is released (no one holds $device)" device_unclaimed "$device"
+mkdir -p "$work/device"
+check "the released device mounts read-only" mount -o ro,noload "$device" "$work/device"
+device_mounted=$work/device
+check "all $(wc -l <"$work/acked") acknowledged writes ($acked_before before the delete) are on it" \
+  every_acked_write_kept
+umount "$work/device"
+device_mounted=
 check "the Service goes with its owner" eventually 60 service_gone
 check "the controller never crashed" kill -0 "$ctl_pid"
 if ((failures)); then
