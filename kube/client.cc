@@ -83,6 +83,9 @@ struct Client::Request {
   // A stream's bytes of a 2xx answer go here as they come instead of into
   // `response`; an error it returns ends the transfer and is the result.
   std::function<absl::Status(absl::string_view)> on_bytes;
+  // Asked as a write goes out (ClientOptions::write_gate); its refusal.
+  const std::function<absl::Status()>* gate = nullptr;
+  absl::Status gate_status;
 
   CURL* easy = nullptr;
   long http_status = 0;
@@ -112,6 +115,12 @@ size_t Client::OnWrite(char* data, size_t size, size_t count, void* user) {
   }
   request.response.append(data, length);
   return length;
+}
+
+int Client::OnPrerequest(void* user, char*, char*, int, int) {
+  auto& request = *static_cast<Client::Request*>(user);
+  request.gate_status = (*request.gate)();
+  return request.gate_status.ok() ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientConfig config, ClientOptions options) {
@@ -187,7 +196,7 @@ absl::Status Client::Perform(Request& request) {
   curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "share-manager-kube-client");
+  curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
   if (!request.body.empty()) {
@@ -204,6 +213,14 @@ absl::Status Client::Perform(Request& request) {
   curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnWrite);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &request);
+  // Asked after connecting and TLS, right before the request is sent: the
+  // time between the answer and the apiserver acting on the write is as
+  // short as it can be made.
+  if (request.method != "GET" && options_.write_gate) {
+    request.gate = &options_.write_gate;
+    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, OnPrerequest);
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, &request);
+  }
   // The blobs are copied by curl (CURL_BLOB_COPY).
   curl_blob ca{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(), CURL_BLOB_COPY};
   if (!config_.ca_pem.empty()) curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &ca);
@@ -253,6 +270,11 @@ absl::Status Client::Perform(Request& request) {
         absl::StrCat(request.what(), ": curl: ", curl_multi_strerror(multi_code)));
   }
   if (result == CURLE_WRITE_ERROR && !request.stream_status.ok()) return request.stream_status;
+  if (result == CURLE_ABORTED_BY_CALLBACK && !request.gate_status.ok()) {
+    return absl::Status(
+        request.gate_status.code(),
+        absl::StrCat(request.what(), ": not sent: ", request.gate_status.message()));
+  }
   if (result != CURLE_OK) return TransportError(request.what(), result, error, request.timeout);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &request.http_status);
   return absl::OkStatus();

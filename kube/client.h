@@ -30,6 +30,13 @@ struct ClientOptions {
   // The bound of every call but a watch (connecting included).
   std::chrono::milliseconds request_timeout{10000};
   std::chrono::milliseconds connect_timeout{5000};
+  // Asked right before each write (POST, PUT, PATCH, DELETE) goes on the
+  // wire, once the connection is up: an error refuses the write unsent and is
+  // the call's result (share-controller: unless this replica still leads).
+  // Any thread; unset lets every write go.
+  std::function<absl::Status()> write_gate;
+  // Who the apiserver's audit log and metrics say sent each request.
+  std::string user_agent = "share-manager-kube-client";
 };
 
 struct ListResult {
@@ -103,6 +110,9 @@ class Client {
   absl::Status Perform(Request& request);
   // libcurl's write callback: the answer's bytes for `request`.
   static size_t OnWrite(char* data, size_t size, size_t count, void* request);
+  // libcurl's pre-request callback: the write gate, asked as the request goes out.
+  static int OnPrerequest(void* request, char* conn_primary_ip, char* conn_local_ip,
+                          int conn_primary_port, int conn_local_port);
 
   const ClientConfig config_;
   const ClientOptions options_;
