@@ -47,9 +47,14 @@ std::string EscapeControl(absl::string_view text) {
 }
 
 absl::Status ValidateVolumeName(absl::string_view name) {
+  return ValidateLabelName("--volume", "volume name", name);
+}
+
+absl::Status ValidateLabelName(absl::string_view flag, absl::string_view what,
+                               absl::string_view name) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--volume '", Printable(name), "' is not a valid volume name: ", why));
+        absl::StrCat(flag, " '", Printable(name), "' is not a valid ", what, ": ", why));
   };
   if (name.empty()) return bad("it is empty");
   if (name.size() > kMaxLabel) return bad("longer than 63 characters");

@@ -16,7 +16,12 @@ namespace base {
 std::string EscapeControl(absl::string_view text);
 
 // A Kubernetes object name usable as a DNS-1123 label: 1-63 characters of
-// [a-z0-9-], starting and ending with an alphanumeric.
+// [a-z0-9-], starting and ending with an alphanumeric. The error names
+// `flag` and says what the name is for ("--leader-lease 'X' is not a valid
+// Lease name: ...").
+absl::Status ValidateLabelName(absl::string_view flag, absl::string_view what,
+                               absl::string_view name);
+// ValidateLabelName for --volume.
 absl::Status ValidateVolumeName(absl::string_view name);
 
 // An absolute path with no "." or ".." component and none of the characters

@@ -56,27 +56,24 @@ ControllerMetrics::ControllerMetrics()
   auto queue_family = [this](const std::string& name, const std::string& help,
                              size_t WorkQueue::Depth::*field) {
     catalogue_->AddScraped(name, help, prometheus::MetricType::Gauge, [this, field] {
-      std::function<WorkQueue::Depth()> depth;
-      {
-        absl::MutexLock lock(&mu_);
-        depth = depth_;
-      }
-      if (!depth) return std::vector<prometheus::ClientMetric>{};
-      return std::vector{metrics::GaugeSample(static_cast<double>(depth().*field))};
+      // Read under mu_: SetQueueDepth({}) then returns only once no scrape
+      // is still reading a controller about to go.
+      absl::MutexLock lock(&mu_);
+      if (!depth_) return std::vector<prometheus::ClientMetric>{};
+      return std::vector{metrics::GaugeSample(static_cast<double>(depth_().*field))};
     });
   };
   catalogue_->AddScraped(
       "sharemgr_controller_api_requests_total",
       "requests sent to the Kubernetes API by method (GET, PUT, POST, PATCH, DELETE, WATCH)",
       prometheus::MetricType::Counter, [this] {
-        std::function<std::map<std::string, int64_t>()> counts;
+        std::map<std::string, int64_t> counts;
         {
-          absl::MutexLock lock(&mu_);
-          counts = api_requests_;
+          absl::MutexLock lock(&mu_);  // as for the depth
+          if (api_requests_) counts = api_requests_();
         }
         std::vector<prometheus::ClientMetric> samples;
-        if (!counts) return samples;
-        for (const auto& [method, n] : counts()) {
+        for (const auto& [method, n] : counts) {
           samples.push_back(metrics::CounterSample(static_cast<double>(n),
                                                    {{.name = "method", .value = method}}));
         }

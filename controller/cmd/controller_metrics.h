@@ -34,7 +34,8 @@ class ControllerMetrics {
   ControllerHooks Hooks();
   GrpcShareConnector::RpcErrorHook RpcErrors();
   // Where the queue's depth is read at scrape time (a Controller's
-  // QueueDepth; it must outlive the endpoint). Until then: no samples.
+  // QueueDepth). Until then, and after SetQueueDepth({}), no samples: reset
+  // it before the controller goes (it returns once no scrape reads it).
   void SetQueueDepth(std::function<WorkQueue::Depth()> depth);
   // Where the Kubernetes API requests sent so far are read, by method, at
   // scrape time (kube::Client::RequestCounts; it must outlive the endpoint).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/files.h"
+#include "base/validate.h"
 #include "kube/config.h"
 #include "kube/yaml.h"
 
@@ -26,11 +27,16 @@ void AddKubernetesFlags(CLI::App& app, KubernetesFlags& flags) {
   app.add_option("--pod-template", flags.pod_template,
                  "With --kubernetes: the share-manager pod manifest each share's pod is made "
                  "from (deploy/base/share-manager-pod.yaml, or your own)");
+  app.add_option("--leader-lease", flags.leader_lease,
+                 "With --kubernetes: the Lease (coordination.k8s.io/v1, in --namespace) the "
+                 "replicas elect their one leader on; only the leader writes. RBAC must let the "
+                 "replicas update it (deploy/base/rbac.yaml names the default)")
+      ->capture_default_str();
 }
 
 absl::Status CheckKubernetesFlags(const CLI::App& app, const KubernetesFlags& flags) {
   if (!flags.enabled) {
-    for (const char* own : {"--kubeconfig", "--namespace", "--pod-template"}) {
+    for (const char* own : {"--kubeconfig", "--namespace", "--pod-template", "--leader-lease"}) {
       if (app.count(own) > 0)
         return absl::InvalidArgumentError(absl::StrCat(own, " needs --kubernetes"));
     }
@@ -51,7 +57,7 @@ absl::Status CheckKubernetesFlags(const CLI::App& app, const KubernetesFlags& fl
   if (flags.pod_template.empty()) {
     return absl::InvalidArgumentError("--kubernetes needs --pod-template");
   }
-  return absl::OkStatus();
+  return base::ValidateLabelName("--leader-lease", "Lease name", flags.leader_lease);
 }
 
 absl::StatusOr<PodTemplate> LoadPodTemplate(const std::string& path) {
@@ -74,9 +80,13 @@ KubernetesBackends::~KubernetesBackends() {
   events.reset();
   runtime.reset();
   store.reset();
+  client.reset();
 }
 
+void KubernetesBackends::StopEvents() { events.reset(); }
+
 absl::Status KubernetesBackends::Ready() const {
+  if (auto s = leadership->Health(); !s.ok()) return absl::UnavailableError(s.message());
   if (auto s = store->Health(); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("ShareManagers: ", s.message()));
   }
@@ -88,20 +98,31 @@ absl::Status KubernetesBackends::Ready() const {
 
 void KubernetesBackends::RecordTransition(
     const std::string& share, const sharemanager::controller::v1::ShareStatusRecord& status) {
+  if (!events) return;
   ShareEvent event = EventFor(share, status, absl::ToUnixMillis(absl::Now()));
   event.uid = store->Uid(share);
   events->Record(std::move(event));
 }
 
 absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const KubernetesFlags& flags,
-                                                                   PodTemplate pod_template) {
+                                                                   PodTemplate pod_template,
+                                                                   LeaderFlags leader) {
   auto config = kube::ConfigFromEnvironment(flags.kubeconfig);
   if (!config.ok()) return config.status();
   auto backends = std::make_unique<KubernetesBackends>();
   backends->namespace_name =
       flags.namespace_name.empty() ? config->default_namespace : flags.namespace_name;
   const std::string source = config->source;
-  auto client = kube::Client::Create(*std::move(config));
+  const std::string user_agent = absl::StrCat("share-controller/", leader.id);
+  auto leadership = LeaseLeadership::Create({.config = *config,
+                                             .namespace_name = backends->namespace_name,
+                                             .lease_name = flags.leader_lease,
+                                             .leader = std::move(leader)});
+  if (!leadership.ok()) return leadership.status();
+  backends->leadership = *std::move(leadership);
+  auto client = kube::Client::Create(
+      *std::move(config),
+      {.write_gate = backends->leadership->WriteGate(), .user_agent = user_agent});
   if (!client.ok()) return client.status();
   backends->client = *std::move(client);
   spdlog::info("Kubernetes API at {} ({}), namespace {}", backends->client->config().server, source,
@@ -118,6 +139,8 @@ absl::StatusOr<std::unique_ptr<KubernetesBackends>> OpenKubernetes(const Kuberne
   gethostname(host, sizeof(host) - 1);
   backends->events =
       std::make_unique<ShareEvents>(*backends->client, backends->namespace_name, host);
+  // After the informers synced: a replica elected acts at once on what they hold.
+  backends->leadership->Campaign();
   return backends;
 }
 

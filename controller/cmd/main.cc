@@ -10,7 +10,8 @@
 // another share-controller holds the store file or the work dir, or etcd
 // cannot be reached; 2 bad flags, or a file they name cannot be used (an
 // unreadable store is never started empty); 3 (kExitNotLeader) lost the
-// leadership: stopped acting at once, every pod left running.
+// leadership (--store etcd://, or the Lease with --kubernetes): stopped acting
+// at once, every pod left running.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
       "phase as it changes.\n"
       "Exit codes: 0 stopped by a signal; 1 failed, or another share-controller holds the\n"
       "store file or work dir, or etcd cannot be reached; 2 bad flags or an unusable file\n"
-      "(an unreadable store); 3 lost the leadership (--store etcd://), pods left running."};
+      "(an unreadable store); 3 lost the leadership (etcd's or the Lease), pods left running."};
   std::vector<std::string> shares;
   std::string shares_file, store_file, work_dir = "/var/lib/share-controller";
   std::string binary = SiblingBinary(argv[0], "share-manager");
@@ -191,6 +193,7 @@ int main(int argc, char** argv) {
   // A template that cannot make a pod stops the controller here, naming the
   // field, rather than every share's pod failing the same way later.
   std::optional<controller::kubernetes::PodTemplate> pod_template;
+  std::optional<controller::LeaderFlags> k8s_leader;
   if (k8s.enabled) {
     auto loaded = controller::kubernetes::LoadPodTemplate(k8s.pod_template);
     if (!loaded.ok()) {
@@ -198,6 +201,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     pod_template = *std::move(loaded);
+    auto leader = controller::ResolveLeaderFlags(ha_flags);
+    if (!leader.ok()) {
+      std::cerr << "share-controller: " << leader.status().message() << "\n";
+      return 2;
+    }
+    k8s_leader = *std::move(leader);
   }
 
   if (!shares_file.empty()) {
@@ -242,7 +251,7 @@ int main(int argc, char** argv) {
     // otherwise (one replica, tests): those deletes at exit are not gated on
     // the leadership (README, Highly available share-controller).
     if (app.count("--stop-pods-on-exit") == 0) stop_pods_on_exit = false;
-  } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app); !s.ok()) {
+  } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app, k8s.enabled); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
     return 2;
   } else if (base::AnyTlsFlag(etcd_tls)) {
@@ -320,7 +329,8 @@ int main(int argc, char** argv) {
   controller::EtcdStore* etcd_store = nullptr;
   std::unique_ptr<controller::kubernetes::KubernetesBackends> kubernetes;
   if (k8s.enabled) {
-    auto opened = controller::kubernetes::OpenKubernetes(k8s, *std::move(pod_template));
+    auto opened =
+        controller::kubernetes::OpenKubernetes(k8s, *std::move(pod_template), *k8s_leader);
     if (!opened.ok()) {
       std::cerr << "share-controller: " << opened.status().message() << "\n";
       return 1;
@@ -348,8 +358,46 @@ int main(int argc, char** argv) {
     }
     store = *std::move(opened);
   }
+  // Before anything reports to it; it outlives the endpoint that scrapes it.
+  std::optional<controller::ControllerMetrics> metrics;
+  if (!metrics_listen.empty()) metrics.emplace();
+  // Served from before the leadership wait: a follower is ready while it
+  // stands by with its informers synced, so a rolling update can go on.
+  std::atomic<bool> standing_by{false}, reconciling{false};
+  std::unique_ptr<metrics::Endpoint> metrics_endpoint;
+  if (metrics) {
+    if (kubernetes) {
+      metrics->SetApiRequests([&client = *kubernetes->client] { return client.RequestCounts(); });
+    }
+    metrics::HealthChecks probes{.live = [] { return absl::OkStatus(); },
+                                 .ready =
+                                     [&standing_by, &reconciling, backends = kubernetes.get()] {
+                                       if (!standing_by && !reconciling) {
+                                         return absl::UnavailableError("not reconciling yet");
+                                       }
+                                       return backends != nullptr ? backends->Ready()
+                                                                  : absl::OkStatus();
+                                     }};
+    auto endpoint =
+        metrics::Endpoint::Start(metrics_listen, metrics->catalogue(), std::move(probes));
+    if (!endpoint.ok()) {
+      std::cerr << "share-controller: --metrics-listen: " << endpoint.status().message() << "\n";
+      return 1;
+    }
+    metrics_endpoint = *std::move(endpoint);
+    spdlog::info("metrics (Prometheus text, plain HTTP) on http://{}{}", metrics_listen,
+                 metrics::kMetricsPath);
+  }
   // A replica waits here until it leads: only then does it write, adopt the
   // pods and reconcile.
+  if (kubernetes) {
+    standing_by = true;
+    int sig = 0;
+    if (!kubernetes->leadership->AwaitLeadership(stop_signals, &sig)) {
+      spdlog::info("received signal {} before leading; stopping", sig);
+      return 0;
+    }
+  }
   std::unique_ptr<controller::HaReplica> replica;
   if (ha) {
     auto started = controller::HaReplica::Start(*std::move(ha), *etcd_store);
@@ -358,6 +406,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     replica = *std::move(started);
+    standing_by = true;
     int sig = 0;
     if (!replica->AwaitLeadership(stop_signals, &sig)) {
       spdlog::info("received signal {} before leading; stopping", sig);
@@ -380,9 +429,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Before anything reports to it; it outlives the endpoint that scrapes it.
-  std::optional<controller::ControllerMetrics> metrics;
-  if (!metrics_listen.empty()) metrics.emplace();
   // Flags parsed (ParseMs may exit) before the runtime's monitor thread starts.
   controller::GrpcShareConnector connector(
       {.deadline = std::chrono::milliseconds(ParseMs("--rpc-timeout", rpc_timeout)),
@@ -461,40 +507,18 @@ int main(int argc, char** argv) {
   });
 
   controller::Controller controller(acting_store, acting_runtime, connector, clock, mono, options);
-  // Declared after the controller: stopped (no scrape) before it goes.
-  std::atomic<bool> reconciling{false};
-  std::unique_ptr<metrics::Endpoint> metrics_endpoint;
-  if (metrics) {
-    metrics->SetQueueDepth([&controller] { return controller.QueueDepth(); });
-    if (kubernetes) {
-      metrics->SetApiRequests([&client = *kubernetes->client] { return client.RequestCounts(); });
-    }
-    metrics::HealthChecks probes{.live = [] { return absl::OkStatus(); },
-                                 .ready =
-                                     [&reconciling, backends = kubernetes.get()] {
-                                       if (!reconciling)
-                                         return absl::UnavailableError("not reconciling yet");
-                                       return backends != nullptr ? backends->Ready()
-                                                                  : absl::OkStatus();
-                                     }};
-    auto endpoint =
-        metrics::Endpoint::Start(metrics_listen, metrics->catalogue(), std::move(probes));
-    if (!endpoint.ok()) {
-      std::cerr << "share-controller: --metrics-listen: " << endpoint.status().message()
-                << " (pods left running)\n";
-      stop_runtime(true);
-      return 1;
-    }
-    metrics_endpoint = *std::move(endpoint);
-    spdlog::info("metrics (Prometheus text, plain HTTP) on http://{}{}", metrics_listen,
-                 metrics::kMetricsPath);
-  }
+  // The endpoint outlives the controller: scrapes stop reading it before it goes.
+  if (metrics) metrics->SetQueueDepth([&controller] { return controller.QueueDepth(); });
+  absl::Cleanup forget_queue_depth = [&metrics] {
+    if (metrics) metrics->SetQueueDepth({});
+  };
   if (auto s = controller.Start(); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << " (pods left running)\n";
     stop_runtime(true);
     return 1;
   }
   reconciling = true;
+  standing_by = false;
   if (kubernetes) {
     spdlog::info("controlling the ShareManagers of namespace {}", kubernetes->namespace_name);
   } else {
@@ -513,6 +537,10 @@ int main(int argc, char** argv) {
   controller.Stop();
   stop_runtime(false);
   // Acting has ended: a follower may take over at once.
+  if (kubernetes) {
+    kubernetes->StopEvents();
+    kubernetes->leadership->Resign();
+  }
   if (replica) replica->Resign();
   return 0;
 }

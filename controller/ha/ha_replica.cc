@@ -39,12 +39,13 @@ std::string DefaultReplicaId() {
 
 void AddHaFlags(CLI::App& app, HaFlags& flags) {
   app.add_option("--leader-ttl", flags.leader_ttl,
-                 "With --store etcd://: the leader election's lease TTL (whole seconds, 2s-5m); "
+                 "With --store etcd:// or --kubernetes: the leader election's lease TTL (whole "
+                 "seconds, 2s-5m); "
                  "renewed every TTL/3, a follower takes over within it when the leader dies")
       ->capture_default_str();
   app.add_option("--replica-id", flags.replica_id,
-                 "With --store etcd://: this replica's name in PREFIX/leader (default "
-                 "<hostname>-<pid>; unique per replica)");
+                 "With --store etcd:// or --kubernetes: this replica's name in PREFIX/leader or "
+                 "the Lease's holderIdentity (default <hostname>-<pid>; unique per replica)");
   app.add_option("--pod-leases", flags.pod_leases,
                  "With --store etcd://: pods serve only under their serving lease in the same etcd "
                  "(share-manager --lease-etcd), and a replacement starts only once the old pod's "
@@ -58,9 +59,14 @@ void AddHaFlags(CLI::App& app, HaFlags& flags) {
                  "replacement (default max(500ms, TTL/50))");
 }
 
-absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app) {
-  for (const char* flag : {"--leader-ttl", "--replica-id", "--pod-leases", "--pod-lease-ttl",
-                           "--pod-lease-drift-margin"}) {
+absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app, bool kubernetes) {
+  for (const char* flag : {"--leader-ttl", "--replica-id"}) {
+    if (!kubernetes && app.count(flag) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " needs --store etcd://... or --kubernetes"));
+    }
+  }
+  for (const char* flag : {"--pod-leases", "--pod-lease-ttl", "--pod-lease-drift-margin"}) {
     if (app.count(flag) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(flag, " needs --store etcd://..."));
     }
@@ -68,19 +74,27 @@ absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<LeaderFlags> ResolveLeaderFlags(const HaFlags& flags) {
+  LeaderFlags leader{.id = flags.replica_id.empty() ? DefaultReplicaId() : flags.replica_id};
+  if (auto s = base::ValidateOption("--replica-id", leader.id, " "); !s.ok()) return s;
+  auto ttl = Ttl("--leader-ttl", flags.leader_ttl);
+  if (!ttl.ok()) return ttl.status();
+  leader.ttl = *ttl;
+  return leader;
+}
+
 absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const etcd::EtcdUrl& url,
                                                   const base::ClientSecurity& security,
                                                   const base::TlsFlags& store_tls,
                                                   const std::string& work_dir) {
+  auto leader = ResolveLeaderFlags(flags);
+  if (!leader.ok()) return leader.status();
   HaReplicaOptions options{.endpoints = url.endpoints,
                            .security = security,
                            .prefix = url.prefix,
-                           .id = flags.replica_id.empty() ? DefaultReplicaId() : flags.replica_id,
+                           .id = leader->id,
+                           .leader_ttl = leader->ttl,
                            .work_dir = work_dir};
-  if (auto s = base::ValidateOption("--replica-id", options.id, " "); !s.ok()) return s;
-  auto ttl = Ttl("--leader-ttl", flags.leader_ttl);
-  if (!ttl.ok()) return ttl.status();
-  options.leader_ttl = *ttl;
   if (!flags.pod_leases) return options;
   auto pod_ttl = Ttl("--pod-lease-ttl", flags.pod_lease_ttl);
   if (!pod_ttl.ok()) return pod_ttl.status();
@@ -155,16 +169,7 @@ absl::StatusOr<std::unique_ptr<HaReplica>> HaReplica::Start(HaReplicaOptions opt
 HaReplica::~HaReplica() { election_->Stop(LeaderElection::StopMode::kLetExpire).IgnoreError(); }
 
 bool HaReplica::AwaitLeadership(const sigset_t& signals, int* sig) {
-  const timespec slice{.tv_sec = 0, .tv_nsec = 100'000'000};
-  while (!Leading()) {
-    siginfo_t info{};
-    const int got = sigtimedwait(&signals, &info, &slice);
-    if (got > 0) {
-      *sig = got;
-      return false;
-    }
-  }
-  return true;
+  return AwaitUnlessSignalled([this] { return Leading(); }, signals, sig);
 }
 
 bool HaReplica::Leading() const {

@@ -46,6 +46,14 @@ struct HaFlags {
 };
 void AddHaFlags(CLI::App& app, HaFlags& flags);
 
+// This replica in a leader election, from --replica-id and --leader-ttl:
+// InvalidArgument naming the flag.
+struct LeaderFlags {
+  std::string id;
+  base::Duration ttl{5000};
+};
+absl::StatusOr<LeaderFlags> ResolveLeaderFlags(const HaFlags& flags);
+
 // Pods' serving leases, in the store's etcd.
 struct PodLeaseOptions {
   std::string prefix;  // P of P/leases/<volume>: the store's, or /sharemgr without one
@@ -74,8 +82,10 @@ absl::StatusOr<HaReplicaOptions> ResolveHaReplica(const HaFlags& flags, const et
                                                   const base::ClientSecurity& security,
                                                   const base::TlsFlags& store_tls,
                                                   const std::string& work_dir);
-// InvalidArgument naming the first HA flag given in `app`: they need --store etcd://.
-absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app);
+// InvalidArgument naming the first HA flag given in `app`: they need --store
+// etcd://, but for --leader-ttl and --replica-id, which --kubernetes takes too
+// (`kubernetes`: it was given).
+absl::Status RefuseHaFlagsWithoutEtcd(const CLI::App& app, bool kubernetes);
 
 // The default deposed hook: logs why, flushes the log and _exits
 // kExitNotLeader from whatever thread noticed, running nothing else on the

@@ -117,4 +117,17 @@ TimePoint LeaderElection::StepFollow(TimePoint now) {
   return after;
 }
 
+bool AwaitUnlessSignalled(const std::function<bool()>& done, const sigset_t& signals, int* sig) {
+  const timespec slice{.tv_sec = 0, .tv_nsec = 100'000'000};
+  while (!done()) {
+    siginfo_t info{};
+    const int got = sigtimedwait(&signals, &info, &slice);
+    if (got > 0) {
+      *sig = got;
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace controller

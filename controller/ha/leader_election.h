@@ -17,6 +17,8 @@
 // clock and a fake backend.
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -121,5 +123,9 @@ class LeaderElection final : public etcd::LeaseKeeper {
   // every 10 s says so.
   base::LogLimiter failure_log_{base::Duration(10'000)};
 };
+
+// Blocks until `done` (polled every 100 ms) is true, or one of `signals`
+// (blocked in every thread) arrives: false, and *sig is it.
+bool AwaitUnlessSignalled(const std::function<bool()>& done, const sigset_t& signals, int* sig);
 
 }  // namespace controller

@@ -316,7 +316,7 @@ TEST_CASE("HA share-controller: bad HA flags are refused before anything starts"
   };
   auto [code, output] = run({"--leader-ttl", "5s"});
   CHECK(code == 2);
-  CHECK(output == "share-controller: --leader-ttl needs --store etcd://...\n");
+  CHECK(output == "share-controller: --leader-ttl needs --store etcd://... or --kubernetes\n");
   std::tie(code, output) = run({"--store", "etcd://127.0.0.1:1/p", "--leader-ttl", "1500ms"});
   CHECK(code == 2);
   CHECK_MESSAGE(output.find("--leader-ttl must be whole seconds") != std::string::npos, output);
@@ -324,6 +324,35 @@ TEST_CASE("HA share-controller: bad HA flags are refused before anything starts"
   CHECK(code == 2);
   CHECK_MESSAGE(output.find("pods must outlive the leader") != std::string::npos, output);
   CHECK(!std::filesystem::exists(dir.path() + "/work"));
+}
+
+TEST_CASE("share-controller --kubernetes: bad election flags are refused, naming the flag") {
+  const std::string pod_template =
+      std::string(SHAREMGR_SOURCE_DIR) + "/deploy/base/share-manager-pod.yaml";
+  const auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), ShareControllerBinary());
+    testing_support::ProgramProcess ctl(args);
+    const auto exit = ctl.WaitExit(milliseconds(10'000));
+    REQUIRE_MESSAGE(exit.has_value(), ctl.output());
+    CHECK(exit->ShellCode() == 2);
+    return ctl.output();
+  };
+  CHECK(run({"--leader-lease", "mine"}) == "share-controller: --leader-lease needs --kubernetes\n");
+  const std::vector<std::string> k8s = {"--kubernetes", "--pod-template", pod_template};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = k8s;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  CHECK(with({"--leader-lease", "Not_A_Lease"}) ==
+        "share-controller: --leader-lease 'Not_A_Lease' is not a valid Lease name: only lowercase "
+        "letters, digits and '-' allowed\n");
+  std::string output = with({"--leader-ttl", "1500ms"});
+  CHECK_MESSAGE(output.find("--leader-ttl must be whole seconds") != std::string::npos, output);
+  output = with({"--replica-id", "two words"});
+  CHECK_MESSAGE(output.find("--replica-id") != std::string::npos, output);
+  CHECK(with({"--pod-lease-ttl", "10s"}) ==
+        "share-controller: --pod-lease-ttl needs --store etcd://...\n");
 }
 
 TEST_CASE(

@@ -555,7 +555,22 @@ up() {
   start containerd env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY= \
     containerd --config "$DIR/containerd/config.toml"
   started containerd "$(command -v containerd)"
+  # What share-controller's replicas write, and which replica (its user
+  # agent) sent it: the deploy test reads it to prove a deposed leader wrote
+  # nothing once another led.
+  cat >"$DIR/audit-policy.yaml" <<'YAML'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:default:share-controller"]
+    verbs: [create, update, patch, delete]
+  - level: None
+YAML
   start kube-apiserver "$BIN/kube-apiserver" \
+    --audit-policy-file="$DIR/audit-policy.yaml" --audit-log-path="$DIR/audit.log" \
+    --audit-log-maxsize=100 \
     --advertise-address="$NODE_IP" --bind-address="$NODE_IP" --secure-port="$API_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --service-cluster-ip-range="$SERVICE_CIDR" --service-node-port-range=30000-30099 \

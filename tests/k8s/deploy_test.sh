@@ -3,7 +3,11 @@
 # an overlay on deploy/base (the CRD, RBAC, the controller's Deployment and
 # the pod template's ConfigMap), the controller's own image and probes. Three
 # ShareManagers get their pods, Ready through kubelet's probes and RUNNING in
-# their status; NFS data goes through a share's Service. Then a new
+# their status; NFS data goes through a share's Service. The controller's two
+# replicas elect one leader on a Lease: SIGKILLed, the other leads and
+# replaces nothing; SIGSTOPped past its Lease, the other leads, and woken the
+# frozen one exits 3 having written nothing the apiserver accepted once the
+# other led (its audit log says). Then a new
 # share-manager image tag in the template (the same `apply -k`): the
 # Deployment rolls the controller, which rolls the three shares one at a
 # time. Sampled throughout: at most one share not RUNNING, never two running
@@ -52,7 +56,7 @@ controller_pod() {
     -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null
 }
 controller_ready() {
-  [[ $(k get deployment share-controller -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}' 2>/dev/null) == 1/1/1 ]]
+  [[ $(k get deployment share-controller -o 'jsonpath={.status.readyReplicas}/{.status.updatedReplicas}/{.status.replicas}' 2>/dev/null) == 2/2/2 ]]
 }
 image_of() { k get pod "$(k8s_pod_name "$1" "$2")" -o 'jsonpath={.spec.containers[0].image}' 2>/dev/null; }
 
@@ -143,9 +147,80 @@ payload=$work/payload
 head -c 3000 /dev/urandom >"$payload"
 check "NFS data is written through $written's Service ($svc)" eventually 30 nfs_write "$svc" "$written" a "$payload"
 check "and read back" nfs_same "$svc" "$written" a "$payload"
-scrape=$(k get --raw "/api/v1/namespaces/default/pods/$ctl1:9700/proxy/metrics" 2>/dev/null)
-check "the controller's /metrics counts the three shares RUNNING" \
+scrape=$(k get --raw "/api/v1/namespaces/default/pods/$(k get lease share-controller -o 'jsonpath={.spec.holderIdentity}'):9700/proxy/metrics" 2>/dev/null)
+check "the leading controller's /metrics counts the three shares RUNNING" \
   grep -q '^sharemgr_controller_shares{phase="RUNNING"} 3$' <<<"$scrape"
+
+# The two replicas: one leads (the Lease names it), the other stands by.
+leader() { k get lease share-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
+leader_other_than() { # POD: someone else leads
+  local now
+  now=$(leader)
+  [[ -n $now && $now != "$1" ]]
+}
+replica_pid() { pgrep -f -- "--replica-id=$1( |\$)" | head -n 1; } # POD: its share-controller's host pid
+controller_pods() { k get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].metadata.name}'; }
+share_pod_uids() { k get pods -l app.kubernetes.io/name=share-manager -o 'jsonpath={.items[*].metadata.uid}'; }
+acting() { k logs "$1" 2>/dev/null | grep -q 'controlling the ShareManagers'; } # POD: leads and reconciles
+exited_not_leader() { # POD: its container's last run ended with exit 3
+  [[ $(k get pod "$1" -o 'jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}' 2>/dev/null) == 3 ]]
+}
+# OLD NEW SINCE: OLD's accepted writes (before; none after NEW's first
+# accepted write at or after SINCE), by each replica's user agent in the
+# apiserver's audit log.
+writes_after() {
+  /usr/bin/python3 - "$SHAREMGR_K8S_DIR/audit.log" "$@" <<'PY'
+import json, sys
+log, old, new, since = sys.argv[1:]
+def by(event, pod):
+    agent = event.get("userAgent", "")
+    return agent == "share-controller/" + pod or agent.startswith("share-controller/" + pod + " ")
+events = []
+with open(log) as f:
+    for line in f:
+        e = json.loads(line)
+        if e.get("stage") == "ResponseComplete" and 200 <= e.get("responseStatus", {}).get("code", 0) < 300:
+            events.append(e)
+first = min((e["requestReceivedTimestamp"] for e in events
+             if by(e, new) and e["requestReceivedTimestamp"] >= since), default=None)
+if first is None:
+    sys.exit(f"no accepted write of {new} since {since}")
+before = sum(1 for e in events if by(e, old) and e["requestReceivedTimestamp"] < first)
+late = [f'{e["verb"]} {e["requestURI"]} at {e["requestReceivedTimestamp"]}' for e in events
+        if by(e, old) and e["requestReceivedTimestamp"] >= first]
+print(f"{old}: {before} accepted writes before {new}'s first ({first}), {len(late)} after")
+if before == 0 or late:
+    sys.exit("\n".join(late) or f"no accepted write of {old} at all: the log proves nothing")
+PY
+}
+uids_before=$(share_pod_uids)
+lead1=$(leader)
+check "one replica leads: the Lease names $lead1, one of the two" \
+  grep -qw -- "$lead1" <<<"$(controller_pods)"
+check "the leader acts" acting "$lead1"
+pid1=$(replica_pid "$lead1")
+check "the leader's share-controller is a process on the node ($pid1)" test -n "$pid1"
+killed_at=$(now_ms)
+kill -KILL "$pid1"
+check "SIGKILLed, the other replica leads" eventually 30 leader_other_than "$lead1"
+lead2=$(leader)
+echo "bench: share-controller leader SIGKILL -> the other replica holds the Lease: $(($(now_ms) - killed_at)) ms"
+check "and acts" eventually 30 acting "$lead2"
+check "the killed replica is back, standing by: both Ready" eventually 60 controller_ready
+check "no share-manager pod was replaced" test "$(share_pod_uids)" = "$uids_before"
+pid2=$(replica_pid "$lead2")
+check "the new leader's process is found ($pid2)" test -n "$pid2"
+since=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+kill -STOP "$pid2"
+check "SIGSTOPped past its Lease, the other replica leads again" eventually 30 leader_other_than "$lead2"
+check "and acts" eventually 30 acting "$lead1"
+kill -CONT "$pid2"
+check "woken, the frozen leader exits 3 (not leader)" eventually 30 exited_not_leader "$lead2"
+check "the apiserver accepted no write of $lead2 once $lead1 led" writes_after "$lead2" "$lead1" "$since"
+check "both replicas Ready again" eventually 60 controller_ready
+check "still no share-manager pod replaced" test "$(share_pod_uids)" = "$uids_before"
+check "the shares stayed RUNNING under epoch 1" all_serving_epoch 1
+ctls_before=$(controller_pods)
 
 # A new share-manager image: the same image under a new tag, so that only
 # the template changes.
@@ -156,9 +231,12 @@ sample >"$work/samples" &
 sampler_pid=$!
 overlay "$next_image"
 check "kubectl apply -k of the new template" k apply -k "$work/overlay"
-check "the Deployment rolled the controller (a new pod, Ready)" eventually 120 bash -c \
-  "[[ \$(kubectl get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].metadata.name}') != '$ctl1' ]] && \
-   [[ \$(kubectl get deployment share-controller -o 'jsonpath={.status.readyReplicas}/{.status.replicas}') == 1/1 ]]"
+rolled() { # both replicas new and Ready
+  local pod
+  for pod in $(controller_pods); do grep -qw -- "$pod" <<<"$ctls_before" && return 1; done
+  controller_ready
+}
+check "the Deployment rolled both replicas, one at a time (new pods, Ready)" eventually 180 rolled
 check "the new controller rolls every share to epoch 2" eventually 300 all_serving_epoch 2
 kill "$sampler_pid" 2>/dev/null
 wait "$sampler_pid" 2>/dev/null
@@ -177,9 +255,9 @@ check "some sample saw a share between pods (the sampler sees rollouts)" \
   grep -q '^1 ' "$work/samples"
 check "never two running share-manager containers for one volume" column_at_most 2 1 "$work/samples"
 check "the same data reads back through $written's Service" eventually 90 nfs_same "$svc" "$written" a "$payload"
-ctl2=$(controller_pod)
-check "the controller was never restarted (liveness held)" bash -c \
-  "[[ \$(kubectl get pod $ctl2 -o 'jsonpath={.status.containerStatuses[0].restartCount}') == 0 ]]"
+ctl2=$(leader)
+check "neither new replica was restarted (liveness held)" bash -c \
+  "[[ \$(kubectl get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].status.containerStatuses[0].restartCount}') == '0 0' ]]"
 if ((failures)); then
   echo "--- samples (not RUNNING, most running containers of a volume)"
   sort "$work/samples" | uniq -c
