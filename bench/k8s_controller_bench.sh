@@ -11,9 +11,12 @@
 #             requests per second per share (its own count, by method),
 #             beside the apiserver's total, and reconcile passes per second
 #             with their mean duration.
+#   leader    two replicas; the leader SIGKILLed -> the other holds the Lease,
+#             -> it acts (reconciles), with the default --leader-ttl (5 s).
+#             Each run adds a new standby and kills the one leading.
 #
 # Usage: bench/k8s_controller_bench.sh BUILD_DIR [RUNS] [WHAT...]   (root;
-#   RUNS default 5, WHAT default: failover load; SHARES=N for load)
+#   RUNS default 5, WHAT default: failover load leader; SHARES=N for load)
 # Brings up its own cluster (tests/k8s/cluster.sh) in /run/sharemgr-k8s-bench
 # with the image built from HEAD and takes it down at the end; with
 # SHAREMGR_K8S_DIR of a cluster already up (the tests' fixture), uses that
@@ -24,7 +27,7 @@ build=$(realpath "${1:?usage: k8s_controller_bench.sh BUILD_DIR [RUNS] [WHAT...]
 runs=${2:-5}
 shift 2 2>/dev/null || shift $#
 whats=("$@")
-((${#whats[@]})) || whats=(failover load)
+((${#whats[@]})) || whats=(failover load leader)
 tool=$build/bench/k8s_nfs_tool
 controller_bin=$build/controller/share-controller
 for bin in "$tool" "$controller_bin"; do
@@ -176,6 +179,39 @@ bench_load() {
   s0=$(awk '/^sharemgr_controller_reconcile_duration_seconds_sum/ {print $NF}' <<<"$before")
   s1=$(awk '/^sharemgr_controller_reconcile_duration_seconds_sum/ {print $NF}' <<<"$after")
   echo "  reconcile passes: $(awk -v d=$((p1 - p0)) 'BEGIN {printf "%.1f", d / 60}') /s, mean $(awk -v s0="$s0" -v s1="$s1" -v d=$((p1 - p0)) 'BEGIN {printf "%.2f", (s1 - s0) / d * 1000}') ms each"
+}
+
+lease_holder() { k get lease share-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
+
+bench_leader() {
+  local i id log t0 now held acting holds=() acts=()
+  for ((i = 1; i <= runs; i++)); do
+    id=bench-standby-$i log=$work/standby-$i.log
+    "$controller_bin" --kubernetes --kubeconfig "$work/kubeconfig" --pod-template "$work/template.yaml" \
+      --tls-dir "$work/tls/controller" --tls-server-name share-manager --replica-id "$id" >"$log" 2>&1 &
+    local standby=$!
+    eventually 30 grep -q "following the leader" "$log" || {
+      echo "leader: run $i: the standby never followed"
+      kill -KILL "$standby"
+      wait "$standby" 2>/dev/null
+      return
+    }
+    t0=$(now_ms)
+    kill -KILL "$ctl_pid"
+    wait "$ctl_pid" 2>/dev/null
+    ctl_pid=$standby
+    held='' acting=''
+    while [[ -z $acting ]] && (($(now_ms) - t0 < 60000)); do
+      now=$(now_ms)
+      [[ -z $held && $(lease_holder) == "$id" ]] && held=$((now - t0))
+      grep -q "controlling the ShareManagers" "$log" && acting=$((now - t0))
+      sleep 0.02
+    done
+    [[ -n $held ]] && holds+=("$held")
+    [[ -n $acting ]] && acts+=("$acting")
+  done
+  echo "leader SIGKILLed -> the other holds the Lease (ms): $(printf '%s\n' "${holds[@]}" | stats)"
+  echo "leader SIGKILLed -> the other acts (ms): $(printf '%s\n' "${acts[@]}" | stats)"
 }
 
 for what in "${whats[@]}"; do "bench_$what"; done

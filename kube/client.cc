@@ -218,8 +218,13 @@ absl::Status Client::Perform(Request& request) {
   // short as it can be made.
   if (request.method != "GET" && options_.write_gate) {
     request.gate = &options_.write_gate;
-    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, OnPrerequest);
-    curl_easy_setopt(h, CURLOPT_PREREQDATA, &request);
+    // A libcurl older than 7.80 has no such callback: the write is refused,
+    // never sent ungated.
+    if (curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, OnPrerequest) != CURLE_OK ||
+        curl_easy_setopt(h, CURLOPT_PREREQDATA, &request) != CURLE_OK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          request.what(), ": not sent: this libcurl cannot ask the write gate (7.80 or newer)"));
+    }
   }
   // The blobs are copied by curl (CURL_BLOB_COPY).
   curl_blob ca{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(), CURL_BLOB_COPY};

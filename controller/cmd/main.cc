@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   // The client side of base's TLS flags under other names: etcd's CA and
   // certificates are not the share-managers'. With --pod-leases the pods get
-  // the same files (README, Highly available share-controller).
+  // the same files (docs/DESIGN-NOTES.md "Highly available share-controller").
   base::TlsFlags etcd_tls;
   base::AddClientTlsFlagsAs(app, etcd_tls, "--etcd-", "etcd");
   app.add_option("--work-dir", work_dir, "Volumes' export/state dirs and pod logs")
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
     }
     // A leader that stops hands its pods to the next one, unless told
     // otherwise (one replica, tests): those deletes at exit are not gated on
-    // the leadership (README, Highly available share-controller).
+    // the leadership (docs/DESIGN-NOTES.md "Highly available share-controller").
     if (app.count("--stop-pods-on-exit") == 0) stop_pods_on_exit = false;
   } else if (auto s = controller::RefuseHaFlagsWithoutEtcd(app, k8s.enabled); !s.ok()) {
     std::cerr << "share-controller: " << s.message() << "\n";
@@ -361,8 +361,9 @@ int main(int argc, char** argv) {
   // Before anything reports to it; it outlives the endpoint that scrapes it.
   std::optional<controller::ControllerMetrics> metrics;
   if (!metrics_listen.empty()) metrics.emplace();
-  // Served from before the leadership wait: a follower is ready while it
-  // stands by with its informers synced, so a rolling update can go on.
+  // Served from before the leadership wait: a follower with --kubernetes is
+  // ready while it stands by with its informers synced and reads its Lease,
+  // so a rolling update can go on (with etcd, only the leader is ready).
   std::atomic<bool> standing_by{false}, reconciling{false};
   std::unique_ptr<metrics::Endpoint> metrics_endpoint;
   if (metrics) {
@@ -406,7 +407,6 @@ int main(int argc, char** argv) {
       return 1;
     }
     replica = *std::move(started);
-    standing_by = true;
     int sig = 0;
     if (!replica->AwaitLeadership(stop_signals, &sig)) {
       spdlog::info("received signal {} before leading; stopping", sig);
@@ -527,6 +527,7 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  if (kubernetes) kubernetes->leadership->Stopping();
   reconciling = false;  // unready from here on: it stops
   spdlog::info("received signal {}; stopping ({})", sig,
                !kubernetes && (stop_pods_on_exit || ephemeral_pods) ? "pods are deleted"

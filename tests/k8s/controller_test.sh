@@ -35,6 +35,7 @@ cleanup() {
   [[ -z $sampler ]] || kill "$sampler" 2>/dev/null
   if [[ -n $writer ]]; then
     touch "$work/stop-writing"
+    pkill -P "$writer" 2>/dev/null # its nfs-cp under timeout
     kill "$writer" 2>/dev/null
     wait "$writer" 2>/dev/null
   fi
@@ -207,6 +208,7 @@ write_until_stopped() {
   local n=0
   while [[ ! -e $work/stop-writing ]]; do
     n=$((n + 1))
+    echo "w-$n" >>"$work/tried"
     if nfs_write "$svc" "$vol" "w-$n" "$payload"; then echo "w-$n" >>"$work/acked"; fi
     sleep 0.2
   done
@@ -221,10 +223,12 @@ every_acked_write_kept() {
   done <"$work/acked"
 }
 : >"$work/acked"
+: >"$work/tried"
 write_until_stopped &
 writer=$!
 check "a client writes through the Service" eventually 30 test -s "$work/acked"
 acked_before=$(wc -l <"$work/acked")
+tried_before=$(wc -l <"$work/tried")
 k delete smgr "$vol" --wait=false >/dev/null
 check "the deleted share is held (deletionTimestamp, finalizer) while its pod exists" bash -c \
   "[[ -n \$(kubectl get smgr $vol -o 'jsonpath={.metadata.deletionTimestamp}') ]] && kubectl get pod $pod2 >/dev/null 2>&1"
@@ -232,6 +236,8 @@ check "its pod goes" eventually 90 pod_gone "$pod2"
 touch "$work/stop-writing"
 wait "$writer" 2>/dev/null
 writer=
+check "the client kept writing while the share was deleted ($(($(wc -l <"$work/tried") - tried_before)) tries after the delete)" \
+  test "$(wc -l <"$work/tried")" -gt "$tried_before"
 check "then the share object goes" eventually 30 share_gone
 check "the device is released (no one holds $device)" device_unclaimed "$device"
 mkdir -p "$work/device"

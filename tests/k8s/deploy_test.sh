@@ -7,7 +7,9 @@
 # replicas elect one leader on a Lease: SIGKILLed, the other leads and
 # replaces nothing; SIGSTOPped past its Lease, the other leads, and woken the
 # frozen one exits 3 having written nothing the apiserver accepted once the
-# other led (its audit log says). Then a new
+# other led (its audit log says). kube-apiserver stopped for 15 s: NFS is
+# served throughout, and after it one replica leads again with no pod
+# replaced. Then a new
 # share-manager image tag in the template (the same `apply -k`): the
 # Deployment rolls the controller, which rolls the three shares one at a
 # time. Sampled throughout: at most one share not RUNNING, never two running
@@ -25,7 +27,9 @@ next_image=localhost/share-manager:k8s-next
 work=$(mktemp -d /tmp/sharemgr-k8s-deploy.XXXXXX)
 shares=(pvc-dep-a pvc-dep-b pvc-dep-c)
 sampler_pid=
+frozen_pid=
 cleanup() {
+  [[ -z $frozen_pid ]] || kill -CONT "$frozen_pid" 2>/dev/null
   [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null
   # The controller lets each deleted share go once its pod is gone.
   k delete smgr "${shares[@]}" --ignore-not-found --wait=true --timeout=90s >/dev/null 2>&1
@@ -211,15 +215,39 @@ check "no share-manager pod was replaced" test "$(share_pod_uids)" = "$uids_befo
 pid2=$(replica_pid "$lead2")
 check "the new leader's process is found ($pid2)" test -n "$pid2"
 since=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+frozen_pid=$pid2
 kill -STOP "$pid2"
 check "SIGSTOPped past its Lease, the other replica leads again" eventually 30 leader_other_than "$lead2"
 check "and acts" eventually 30 acting "$lead1"
 kill -CONT "$pid2"
+frozen_pid=
 check "woken, the frozen leader exits 3 (not leader)" eventually 30 exited_not_leader "$lead2"
 check "the apiserver accepted no write of $lead2 once $lead1 led" writes_after "$lead2" "$lead1" "$since"
 check "both replicas Ready again" eventually 60 controller_ready
 check "still no share-manager pod replaced" test "$(share_pod_uids)" = "$uids_before"
 check "the shares stayed RUNNING under epoch 1" all_serving_epoch 1
+
+# kube-apiserver stopped (SIGSTOP) for 15 s. The share-managers need it for
+# nothing: NFS is served through the Service all along. The leader cannot
+# renew its Lease: it stops acting when its Lease runs out (exit 3) and
+# kubelet restarts it. Once the apiserver is back, one replica leads again on
+# what it lists then, and no share-manager pod was replaced.
+api_pid=$(<"$SHAREMGR_K8S_DIR/pids/kube-apiserver")
+check "kube-apiserver's pid file names it" grep -q kube-apiserver "/proc/$api_pid/cmdline"
+frozen_pid=$api_pid
+kill -STOP "$api_pid"
+sleep 10
+check "NFS is served through $written's Service 10 s into the apiserver's outage" \
+  nfs_same "$svc" "$written" a "$payload"
+sleep 5
+kill -CONT "$api_pid"
+frozen_pid=
+check "the apiserver answers again" eventually 30 k get --raw /readyz
+check "a replica leads again and acts" eventually 120 bash -c \
+  "pod=\$(kubectl get lease share-controller -o 'jsonpath={.spec.holderIdentity}') && kubectl logs \$pod 2>/dev/null | grep -q 'controlling the ShareManagers'"
+check "no share-manager pod was replaced through the outage" test "$(share_pod_uids)" = "$uids_before"
+check "the shares are RUNNING under epoch 1" eventually 30 all_serving_epoch 1
+check "both replicas Ready after the outage" eventually 120 controller_ready
 ctls_before=$(controller_pods)
 
 # A new share-manager image: the same image under a new tag, so that only

@@ -1,6 +1,7 @@
 #include "controller/ha/kubernetes/lease_election.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -65,6 +66,25 @@ LeaseView ViewOf(const std::optional<json>& lease) {
           .acquire_time = StringAt(spec, "acquireTime"),
           .duration_seconds = IntAt(spec, "leaseDurationSeconds"),
           .transitions = IntAt(spec, "leaseTransitions")};
+}
+
+// leaseTransitions is an int32 in the API: a hostile maximum must not make
+// every take an invalid write.
+int64_t NextTransition(int64_t transitions) {
+  return transitions >= std::numeric_limits<int32_t>::max() || transitions < 0 ? 0
+                                                                               : transitions + 1;
+}
+
+// What a write answered, checked before the next write builds on it: an
+// answer without a resourceVersion would make the next PUT unconditional.
+absl::StatusOr<json> Written(absl::StatusOr<json> answer, const std::string& what) {
+  if (!answer.ok()) return answer;
+  const auto metadata = answer->is_object() ? answer->find("metadata") : answer->end();
+  if (metadata == answer->end() || StringAt(*metadata, "resourceVersion").empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": the answer is not a Lease with a resourceVersion"));
+  }
+  return answer;
 }
 
 Duration Clamp(int64_t seconds, Duration low, Duration high) {
@@ -190,14 +210,16 @@ absl::StatusOr<Campaign> LeaseElectionBackend::TryLead(int64_t ttl_seconds, Time
   const std::string acquired = MicroTimeNow();
   const int64_t transitions = !view.exists                 ? 0
                               : view.holder == options_.id ? view.transitions
-                                                           : view.transitions + 1;
+                                                           : NextTransition(view.transitions);
   lease["spec"] = {{"holderIdentity", options_.id},
                    {"leaseDurationSeconds", ttl_seconds},
                    {"acquireTime", acquired},
                    {"renewTime", acquired},
                    {"leaseTransitions", transitions}};
   // A PUT on the version observed: whoever else took it meanwhile wins.
-  auto taken = view.exists ? client_->Replace(path_, lease) : client_->Create(collection_, lease);
+  auto taken =
+      Written(view.exists ? client_->Replace(path_, lease) : client_->Create(collection_, lease),
+              absl::StrCat("taking Lease ", path_));
   if (absl::IsAborted(taken.status()) || absl::IsAlreadyExists(taken.status())) {
     return Campaign{.won = false, .leader = "another replica (it took the Lease first)"};
   }
@@ -224,7 +246,7 @@ absl::Status LeaseElectionBackend::Renew(json base) {
   spec["leaseDurationSeconds"] = ttl_seconds_;
   spec["acquireTime"] = acquired_at_;
   spec["renewTime"] = MicroTimeNow();
-  auto renewed = client_->Replace(path_, base);
+  auto renewed = Written(client_->Replace(path_, base), absl::StrCat("renewing Lease ", path_));
   if (!renewed.ok()) return renewed.status();
   held_ = *std::move(renewed);
   return absl::OkStatus();
@@ -234,7 +256,10 @@ absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint dea
   const etcd::LeaseRenewal ours{.ttl_seconds = ttl_seconds_};
   absl::Status renewed = Renew(held_);
   if (renewed.ok()) return ours;
-  if (absl::IsNotFound(renewed)) return etcd::LeaseRenewal{.key = etcd::LeaseRenewal::Key::kGone};
+  // Our own TTL with each answer about the Lease: the loss is named by whose
+  // it is now, not by a TTL the apiserver never gives.
+  const etcd::LeaseRenewal gone{.ttl_seconds = ttl_seconds_, .key = etcd::LeaseRenewal::Key::kGone};
+  if (absl::IsNotFound(renewed)) return gone;
   if (!absl::IsAborted(renewed)) return renewed;
   // The version moved: someone else wrote it, or our last renewal landed and
   // its answer was lost. The Lease itself says which.
@@ -242,9 +267,10 @@ absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint dea
   auto read = Read();
   if (!read.ok()) return read.status();
   const LeaseView view = ViewOf(*read);
-  if (!view.exists) return etcd::LeaseRenewal{.key = etcd::LeaseRenewal::Key::kGone};
+  if (!view.exists) return gone;
   if (!Ours(view)) {
     return etcd::LeaseRenewal{
+        .ttl_seconds = ttl_seconds_,
         .key = etcd::LeaseRenewal::Key::kOther,
         .other = view.holder.empty() ? "nobody (released by another hand)" : view.holder};
   }

@@ -71,6 +71,7 @@ LeaseLeadership::LeaseLeadership(LeaseLeadershipOptions options, DeposedHook dep
                                  std::unique_ptr<ElectionBackend> backend)
     : options_(std::move(options)),
       deposed_(std::move(deposed)),
+      write_headroom_(etcd::LeaseFenceMargin(options_.leader.ttl) / 2),
       backend_(std::make_unique<RecordingBackend>(std::move(backend))) {
   election_ = std::make_unique<LeaderElection>(
       *backend_, base::BootClock(),
@@ -78,22 +79,28 @@ LeaseLeadership::LeaseLeadership(LeaseLeadershipOptions options, DeposedHook dep
       LeaderElection::Hooks{.elected = [this](int64_t) { elected_ = true; },
                             .deposed =
                                 [this](const std::string& why) {
-                                  // A clean stop ends the keeper mid-renewal:
-                                  // nothing acts any more, nothing to report.
-                                  if (resigning_) return;
+                                  // Stopping: the gate refuses every write
+                                  // already (the leadership is not valid
+                                  // any more), and a clean stop still ends 0.
+                                  if (stopping_) {
+                                    spdlog::warn("leadership lost while stopping: {}", why);
+                                    return;
+                                  }
                                   deposed_(why);
                                 }});
 }
 
-LeaseLeadership::~LeaseLeadership() {
-  resigning_ = true;
-  election_->Stop(LeaderElection::StopMode::kLetExpire).IgnoreError();
-}
+// Whatever the path out (a signal before leading, a failed start), nothing
+// acts any more once this goes: a Lease won meanwhile is released, not left
+// to expire.
+LeaseLeadership::~LeaseLeadership() { Resign(); }
 
 std::function<absl::Status()> LeaseLeadership::WriteGate() {
   return [this]() -> absl::Status {
     if (resigning_) return NotLeaderError("stopping (the Lease is being released)");
-    if (!election_->LeadingAt(base::BootClock().Now())) {
+    // Half the fence margin short of the validity's end: the other half is
+    // for the request's travel to the apiserver.
+    if (!election_->LeadingAt(base::BootClock().Now() + write_headroom_)) {
       return NotLeaderError(absl::StrCat("replica ", options_.leader.id, " does not hold Lease ",
                                          options_.lease_name, " now"));
     }
@@ -122,7 +129,10 @@ absl::Status LeaseLeadership::Health() const {
                                    options_.lease_name, ": ", last.message()));
 }
 
+void LeaseLeadership::Stopping() { stopping_ = true; }
+
 void LeaseLeadership::Resign() {
+  stopping_ = true;
   resigning_ = true;
   election_->Stop(LeaderElection::StopMode::kResign).IgnoreError();
 }

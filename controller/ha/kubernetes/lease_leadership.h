@@ -41,14 +41,15 @@ class LeaseLeadership {
   // Ready to campaign, not campaigning: hand out WriteGate() first.
   static absl::StatusOr<std::unique_ptr<LeaseLeadership>> Create(
       LeaseLeadershipOptions options, DeposedHook deposed = ExitNotLeader);
-  // Stops the election, leaving the Lease to expire, unless resigned.
+  // Resign(), unless resigned already.
   ~LeaseLeadership();
   LeaseLeadership(const LeaseLeadership&) = delete;
   LeaseLeadership& operator=(const LeaseLeadership&) = delete;
 
   // For ClientOptions::write_gate; valid while this object lives (destroy
-  // every client holding it first). OK only while leading, and never after
-  // Resign began.
+  // every client holding it first). OK only while this replica leads with
+  // half the fence margin of validity left (the rest covers the request's
+  // way to the apiserver), and never after Resign began.
   std::function<absl::Status()> WriteGate();
   // Starts the keeper thread: campaign, follow, lead. Once.
   void Campaign();
@@ -61,8 +62,12 @@ class LeaseLeadership {
   absl::Status Health() const;
   const LeaseLeadershipOptions& options() const { return options_; }
 
-  // A clean stop, once acting has ended: every write refused from here on,
-  // and the Lease released so a follower takes over within a second.
+  // A clean stop has begun (a signal): leadership lost from here on is
+  // logged, not reported to `deposed` (the gate still refuses every write
+  // once it is not valid), so the stop goes on and ends 0.
+  void Stopping();
+  // Once acting has ended: every write refused from here on, and the Lease
+  // released (if it was won) so a follower takes over within a second.
   void Resign();
 
  private:
@@ -72,6 +77,8 @@ class LeaseLeadership {
 
   const LeaseLeadershipOptions options_;
   const DeposedHook deposed_;
+  const base::Duration write_headroom_;
+  std::atomic<bool> stopping_{false};
   std::atomic<bool> resigning_{false};
   std::atomic<bool> elected_{false};
   std::unique_ptr<RecordingBackend> backend_;

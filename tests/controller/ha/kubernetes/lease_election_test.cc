@@ -40,19 +40,25 @@ std::string LeasePath(const std::string& ns) {
                              .name = kLease});
 }
 
-// One replica: its own client, clock and election. `gate`: its client's
-// write gate (a test's hook right before each of its writes goes out).
+// One replica: its own client, clock (or `shared`, one all replicas step)
+// and election. `gate`: its client's write gate (a test's hook right before
+// each of its writes goes out).
 struct Replica {
   Replica(const std::string& ns, const std::string& id, Duration ttl = kTtl,
-          std::function<absl::Status()> gate = {})
-      : backend(MakeLeaseElectionBackend(
+          std::function<absl::Status()> gate = {}, FakeTimeSource* shared = nullptr)
+      : clock(shared != nullptr ? *shared : own_clock),
+        backend(MakeLeaseElectionBackend(
             RequireOk(kube::Client::Create(kube::testing::AdminConfig(),
                                            {.write_gate = std::move(gate)})),
             {.namespace_name = ns, .lease_name = kLease, .id = id, .ttl = ttl}, clock,
             [this](TimePoint until) { clock.AdvanceTo(until); })),
         election(*backend, clock, LeaderElectionOptions{.id = id, .ttl = ttl},
                  LeaderElection::Hooks{
-                     .elected = [this](int64_t) { ++elected; },
+                     .elected =
+                         [this](int64_t) {
+                           ++elected;
+                           elected_at = clock.Now();
+                         },
                      .deposed = [this](const std::string& why) { deposed.push_back(why); }}) {}
   ~Replica() { election.Stop(LeaderElection::StopMode::kLetExpire).IgnoreError(); }
 
@@ -60,9 +66,11 @@ struct Replica {
   void Run(Duration d) { testing_support::StepKeeperUntil(election, clock, clock.Now() + d); }
   bool leading() { return election.LeadingAt(clock.Now()); }
 
-  FakeTimeSource clock;
+  FakeTimeSource own_clock;
+  FakeTimeSource& clock;
   std::unique_ptr<ElectionBackend> backend;
   int elected = 0;
+  TimePoint elected_at{};
   std::vector<std::string> deposed;
   LeaderElection election;
 };
@@ -147,15 +155,38 @@ TEST_CASE("Lease election: a follower takes over only after the version stood a 
   CHECK(f.Spec()["holderIdentity"] == "ctl-b");
 }
 
+TEST_CASE(
+    "Lease election: on one clock, the old leader's validity ends before the new one is elected") {
+  Fixture f;
+  FakeTimeSource clock;
+  Replica a(f.ns.name(), "ctl-a", kTtl, {}, &clock);
+  a.Run(kTtl + seconds(1));
+  REQUIRE(a.elected == 1);
+  a.Run(seconds(2) + milliseconds(300));  // one renewal more, then a stops
+  Replica b(f.ns.name(), "ctl-b", kTtl, {}, &clock);
+  b.Run(kTtl + seconds(2));
+  REQUIRE(b.elected == 1);
+  CHECK(a.deposed.empty());  // never stepped since: it knows nothing
+  CHECK_FALSE(a.election.LeadingAt(b.elected_at));
+  const auto until = a.election.valid_until();
+  REQUIRE(until.has_value());
+  // No overlap at all, with more than the fence margin to spare.
+  CHECK(b.elected_at - *until >= milliseconds(1200));
+}
+
 TEST_CASE("Lease election: a takeover raced by another writer loses and follows") {
   Fixture f;
   f.Write({{"holderIdentity", "ctl-x"}, {"leaseDurationSeconds", 6}});
   bool raced = false;
-  // Right before b's take goes out, x renews: b's PUT carries a stale version.
+  // Right before b's take goes out, x renews: b's PUT carries a stale
+  // version. (A renewal changes renewTime: the apiserver keeps the version
+  // of an update that changes nothing.)
   Replica b(f.ns.name(), "ctl-b", kTtl, [&] {
     if (!raced) {
       raced = true;
-      f.Write({{"holderIdentity", "ctl-x"}, {"leaseDurationSeconds", 6}});
+      f.Write({{"holderIdentity", "ctl-x"},
+               {"leaseDurationSeconds", 6},
+               {"renewTime", "2026-01-01T00:00:01.000000Z"}});
     }
     return absl::OkStatus();
   });
