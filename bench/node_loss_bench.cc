@@ -2,7 +2,7 @@
 // of tests/support/node_loss.h (the share-manager's network namespace cut
 // off while clients write, epoch+1 started on the host at the cut), timed
 // from the share-managers' logs and the client's acknowledgements, next to
-// the failover formula of README "Serving lease". See docs/BENCHMARKS.md.
+// the failover formula of docs/DESIGN-NOTES.md "Serving lease". See docs/BENCHMARKS.md.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>

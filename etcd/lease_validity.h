@@ -2,7 +2,7 @@
 // monotonic clock. The share-manager's serving lease (sharemgr/serving_lease.h)
 // and the controller's leadership (controller/ha/leader_election.h) keep their
 // leases by these same rules, so each stops acting before etcd can let anyone
-// else in (README "Serving lease", "Highly available share-controller"):
+// else in (docs/DESIGN-NOTES.md "Serving lease", "Highly available share-controller"):
 //
 //   valid_until = (send time of the last confirmed grant or renewal)
 //                 + min(TTL, TTL etcd granted) - fence margin

@@ -1,4 +1,4 @@
-// The values of the serving lease's keys (README "Serving lease"), as the
+// The values of the serving lease's keys (docs/DESIGN-NOTES.md "Serving lease"), as the
 // share-managers write them (sharemgr/etcd_lease_backend.h) and the
 // controller reads them (controller/ha/serving_lease_start_rule.h): one parser,
 // so that both sides agree on what a record says.

@@ -581,7 +581,7 @@ void Daemon::FenceLease(const std::string& why) {
   // Then the volume: no operation on it any more (a running check is asked
   // to stop), no more repairs, and unmounted as soon as ganesha is gone, not
   // after the linger. (Dirty pages the kernel still writes back are beyond
-  // this process: storage-level fencing covers them, see README.)
+  // this process: storage-level fencing covers them, see docs/DESIGN-NOTES.md "Serving lease".)
   if (monitor_) monitor_->Stop();
   if (owner_) owner_->Fence(reason);
   share_.Fence(reason);

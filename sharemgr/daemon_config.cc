@@ -185,7 +185,7 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->capture_default_str();
   app.add_option("--max-connection-age", f.max_connection_age,
                  "How long a gRPC connection may live before the server ends it")
-      ->group("");  // hidden: for tests; the README's Security section says why it is there
+      ->group("");  // hidden: for tests; docs/OPERATE.md "Security" says why it is there
   app.add_option("--lease-etcd", f.lease_etcd,
                  "Serve only while holding this volume's serving lease in etcd (members "
                  "HOST:PORT[,HOST:PORT...]), taken under --epoch before anything is served; "

@@ -1,4 +1,4 @@
-// The serving lease in etcd (README "Serving lease"), under the deployment's
+// The serving lease in etcd (docs/DESIGN-NOTES.md "Serving lease"), under the deployment's
 // key prefix P:
 //   P/leases/<volume>  "<epoch, 20 digits> <holder>", attached to the holder's
 //                      etcd lease: present exactly while a holder is alive

@@ -19,7 +19,7 @@
 //  - when the socket ends (share-manager died), SIGKILLs an armed ganesha at
 //    once and exits.
 // It cannot help when it is frozen with share-manager and ganesha (a whole
-// node or pod frozen): see README "Serving lease".
+// node or pod frozen): see docs/DESIGN-NOTES.md "Serving lease".
 #pragma once
 
 #include <sys/types.h>

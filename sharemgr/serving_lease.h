@@ -75,7 +75,7 @@ struct ServingLeaseOptions {
   base::Duration ttl{10'000};
   // Waited after an older holder's key is gone, before taking it: covers the
   // clock-rate difference between the old holder's clock and the store's (see
-  // README "Serving lease").
+  // docs/DESIGN-NOTES.md "Serving lease").
   base::Duration drift_margin{500};
   // Taking the lease (waiting out an older holder included) gives up after this.
   base::Duration acquire_timeout{30'000};

@@ -1,4 +1,4 @@
-// Leader election in etcd (README "Highly available share-controller"), under
+// Leader election in etcd (docs/DESIGN-NOTES.md "Highly available share-controller"), under
 // the deployment's key prefix P (the store's):
 //   P/leader  the leader's replica id, attached to its etcd lease: present
 //             exactly while a leader is alive. Created only when absent, so

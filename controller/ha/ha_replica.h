@@ -1,4 +1,4 @@
-// A share-controller replica of a highly available deployment (README "Highly
+// A share-controller replica of a highly available deployment (docs/DESIGN-NOTES.md "Highly
 // available share-controller"): with `--store etcd://...`, every replica
 // campaigns for P/leader; followers only watch. Once elected the replica
 // sets the store's write guard (P/leader's create_revision), and only then

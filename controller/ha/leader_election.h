@@ -1,4 +1,4 @@
-// Leader election among share-controller replicas (issue #12, README "Highly
+// Leader election among share-controller replicas (issue #12, docs/DESIGN-NOTES.md "Highly
 // available share-controller"): exactly one leads, on a lease in a store with
 // leases (etcd: controller/ha/etcd_election.h), and knows on its own monotonic
 // clock until when it may act.

@@ -1,4 +1,4 @@
-// What a leading share-controller replica acts through (README "Highly
+// What a leading share-controller replica acts through (docs/DESIGN-NOTES.md "Highly
 // available share-controller"): every pod Create and Delete is gated on its
 // leadership being valid right then (valid_until > now on its own monotonic
 // clock, checked right before the action), and a store write refused as not

@@ -1,4 +1,4 @@
-// Lease-gated replacement (README "Highly available share-controller"): when
+// Lease-gated replacement (docs/DESIGN-NOTES.md "Highly available share-controller"): when
 // share-managers run with the serving lease (--lease-etcd), a new pod of a
 // volume starts only once the previous holder's lease key P/leases/<volume>
 // and the etcd lease P/epochs/<volume> records for it are gone in etcd and

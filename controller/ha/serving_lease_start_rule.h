@@ -1,4 +1,4 @@
-// When a new pod of a volume may start under the serving lease (README
+// When a new pod of a volume may start under the serving lease (docs/DESIGN-NOTES.md
 // "Highly available share-controller"), from what etcd holds at one revision:
 // the lease key P/leases/<volume> (the holder) and P/epochs/<volume> (the
 // highest epoch ever recorded, and the etcd lease its holder took it on;

@@ -672,7 +672,7 @@ TEST_CASE(
                                  << kPodLeaseTtl.count() << " ms)");
   CHECK(acknowledged_after_cut > 0);
   CHECK_MESSAGE(!acted, outage());
-  // Fenced by its own lease, as README "Quorum loss" says: FAILED lease lost.
+  // Fenced by its own lease, as docs/DESIGN-NOTES.md "Quorum loss" says: FAILED lease lost.
   CHECK_MESSAGE(WaitFor(
                     [&] {
                       const auto log = base::ReadFile(old_log);

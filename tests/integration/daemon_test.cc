@@ -243,8 +243,8 @@ TEST_CASE(
     CAPTURE(cmd);
     const auto result =
         RunCommand({ShareManagerBinary(), cmd, "--addr", d->addr(), "--timeout", "1s"});
-    // README: 2 = could not connect within --timeout. The kernel completes the
-    // TCP handshake for the frozen process; gRPC's never happens.
+    // docs/REFERENCE.md "Exit codes": 2 = could not connect within --timeout. The
+    // kernel completes the TCP handshake for the frozen process; gRPC's never happens.
     CHECK(result.exit_code == 2);
     // Bounded: the 1 s deadline plus process start-up, with a wide margin for a noisy machine.
     CHECK(result.elapsed < milliseconds(5000));

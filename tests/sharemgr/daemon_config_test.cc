@@ -57,7 +57,8 @@ TEST_CASE(
   CHECK(config->volume->fs == FsType::kExt4);
 }
 
-// README "Restart policy", "Health" and the flag table, as shipped: what the
+// docs/DESIGN-NOTES.md "Restart policy", "Health model" and the flag table in
+// docs/REFERENCE.md, as shipped: what the
 // restart-policy and health-publisher tests (which pick their own options)
 // never see. The policy's behaviour with these defaults: restart_policy_test.
 TEST_CASE(

@@ -45,7 +45,7 @@ TEST_CASE("an isolated crash restarts at once, a crash streak backs off exponent
   CHECK(policy.OnDeath(now).give_up);  // the 6th death within the window
 }
 
-// README "Restart policy" with the options every test above replaces (the
+// docs/DESIGN-NOTES.md "Restart policy" with the options every test above replaces (the
 // daemon ships these: daemon_config_test).
 TEST_CASE(
     "the default policy is the README's: a streak backs off 100 ms doubling to 5 s, a run of 10 s "

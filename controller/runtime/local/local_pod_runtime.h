@@ -73,7 +73,7 @@ struct LocalPodRuntimeOptions {
   // Highly available share-controller replicas share one work dir: each
   // holds its lock shared (so no single-machine controller, which locks it
   // exclusively, runs beside them) and the leader election, not the lock,
-  // decides which one acts (README "Highly available share-controller").
+  // decides which one acts (docs/DESIGN-NOTES.md "Highly available share-controller").
   bool share_work_dir = false;
   // Writes a pod record whole (readers see the old file or the new one).
   // Unset: base::WriteFileAtomically. Only tests set it, to make one pod's
