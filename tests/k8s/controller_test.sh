@@ -7,7 +7,9 @@
 # through the same Service, the old pod deleted; a read-only ext4, twice, is
 # one remount generation per event and keeps the pod; kubelet frozen while
 # the serving pod is deleted gives ERROR, a quiet wait and never two
-# share-managers, then epoch 3 once kubelet resumes; deleting the share while a
+# share-managers, then epoch 3 once kubelet resumes; a frozen share-manager is
+# replaced once (epoch 4), the controller and kubelet ending one container;
+# deleting the share while a
 # client writes holds it (its finalizer) until its pod is gone and the device
 # released, and every acknowledged write is on the device.
 #
@@ -30,8 +32,10 @@ kubelet_frozen=
 sampler=
 writer=
 device_mounted=
+frozen_sm=
 cleanup() {
   [[ -z $kubelet_frozen ]] || kill -CONT "$kubelet_frozen"
+  [[ -z $frozen_sm ]] || kill -CONT "$frozen_sm" 2>/dev/null
   [[ -z $sampler ]] || kill "$sampler" 2>/dev/null
   if [[ -n $writer ]]; then
     touch "$work/stop-writing"
@@ -199,6 +203,39 @@ check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples") 
   one_at_most_of_20 "$work/sm-samples"
 check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"
 pod2=$pod3
+
+# A frozen share-manager (SIGSTOP). The controller finds it unreachable past
+# --unhealthy-grace and deletes its pod; kubelet stops the container (SIGTERM,
+# which a stopped process never acts on, then SIGKILL after the pod's grace
+# period), and its liveness probe, failing meanwhile, finds the pod already
+# going: both end the same container, never a second one. One replacement,
+# epoch 4, never two share-managers for the volume.
+sm_pid=$(k8s_share_manager_pid "$pod2")
+check "the serving pod's share-manager is a process on the node ($sm_pid)" test -n "$sm_pid"
+( while :; do sm_count; sleep 0.2; done ) >"$work/sm-samples-frozen" 2>/dev/null &
+sampler=$!
+frozen_sm=$sm_pid
+frozen_at=$(now_ms)
+kill -STOP "$sm_pid"
+check "the controller finds it unreachable: the share records ERROR" eventually 30 bash -c \
+  "[[ \$(kubectl get smgr $vol -o 'jsonpath={.status.phase}') == ERROR ]]"
+check "and deletes its pod (deletionTimestamp)" eventually 30 bash -c \
+  "[[ -n \$(kubectl get pod $pod2 -o 'jsonpath={.metadata.deletionTimestamp}') ]]"
+pod4=share-manager-$vol-e4
+check "a replacement under epoch 4 is RUNNING" eventually 180 serving_epoch 4
+echo "bench: share-manager SIGSTOP -> a replacement RUNNING: $(($(now_ms) - frozen_at)) ms"
+frozen_sm=
+check "the frozen pod is gone" eventually 60 pod_gone "$pod2"
+check "its pod $pod4 turns Ready" eventually 30 k8s_ready "$pod4"
+sleep 5
+check "one replacement only: epoch 4 five seconds on" serving_epoch 4
+kill "$sampler" 2>/dev/null
+wait "$sampler" 2>/dev/null
+sampler=
+check "never two share-manager processes for $vol ($(wc -l <"$work/sm-samples-frozen") samples)" \
+  one_at_most_of_20 "$work/sm-samples-frozen"
+check "the same data reads back through the Service" eventually 30 nfs_same "$svc" "$vol" a "$payload"
+pod2=$pod4
 
 # Deleting the share while a client writes through its Service: held until
 # its pod is gone and the device released, and every write the client was

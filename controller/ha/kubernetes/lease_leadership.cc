@@ -49,12 +49,17 @@ class LeaseLeadership::RecordingBackend final : public ElectionBackend {
 
 absl::StatusOr<std::unique_ptr<LeaseLeadership>> LeaseLeadership::Create(
     LeaseLeadershipOptions options, DeposedHook deposed) {
-  // Its own client: every call bounded to fit a renewal (the others' 10 s is
-  // for records), and never behind the write gate it serves.
+  // Its own client, never behind the write gate it serves. Each call is
+  // bounded by a renewal interval (TTL/3; the others' 10 s is for records):
+  // every request connects and shakes hands anew, which on a loaded node
+  // took longer than etcd's TTL/6 (the deploy test saw connects time out at
+  // 833 ms), and two tries still fit in the validity (TTL - TTL/5). A
+  // follower still reads the Lease every TTL/6 (LeaderElection's slices).
+  const base::Duration call_timeout = etcd::LeaseRenewInterval(options.leader.ttl);
   auto client = kube::Client::Create(
       options.config,
-      {.request_timeout = etcd::LeaseCallTimeout(options.leader.ttl),
-       .connect_timeout = etcd::LeaseCallTimeout(options.leader.ttl),
+      {.request_timeout = call_timeout,
+       .connect_timeout = call_timeout,
        .user_agent = absl::StrCat("share-controller/", options.leader.id, " (leader election)")});
   if (!client.ok()) return client.status();
   auto backend = MakeLeaseElectionBackend(*std::move(client),
