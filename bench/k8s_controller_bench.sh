@@ -13,7 +13,9 @@
 #             with their mean duration.
 #   leader    two replicas; the leader SIGKILLed -> the other holds the Lease,
 #             -> it acts (reconciles), with the default --leader-ttl (5 s).
-#             Each run adds a new standby and kills the one leading.
+#             Each run adds a new standby, lets it follow for 6-8.7 s (the
+#             kill falls anywhere in a renewal interval), and kills the one
+#             leading.
 #
 # Usage: bench/k8s_controller_bench.sh BUILD_DIR [RUNS] [WHAT...]   (root;
 #   RUNS default 5, WHAT default: failover load leader; SHARES=N for load)
@@ -196,6 +198,10 @@ bench_leader() {
       wait "$standby" 2>/dev/null
       return
     }
+    # A standby of some standing (it has seen renewals), the kill at any
+    # point of the leader's renewal interval (TTL/3).
+    sleep "6.$(printf '%03d' $((RANDOM % 1000)))"
+    sleep "$(awk -v r=$((RANDOM % 1667)) 'BEGIN {printf "%.3f", r / 1000}')"
     t0=$(now_ms)
     kill -KILL "$ctl_pid"
     wait "$ctl_pid" 2>/dev/null
