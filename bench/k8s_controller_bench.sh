@@ -46,11 +46,18 @@ if [[ -z ${SHAREMGR_K8S_DIR:-} || ! -f $SHAREMGR_K8S_DIR/env ]]; then
 fi
 work=$(mktemp -d /tmp/sharemgr-k8s-ctl-bench.XXXXXX)
 ctl_pid=
+standbys=()
 made=()
 
 cleanup() {
   k delete smgr "${made[@]}" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
   [[ -z $ctl_pid ]] || { kill -TERM "$ctl_pid" 2>/dev/null; wait "$ctl_pid" 2>/dev/null; }
+  local pid
+  for pid in "${standbys[@]}"; do
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  k delete lease share-controller --ignore-not-found >/dev/null 2>&1
   for vol in "${made[@]}"; do
     k patch smgr "$vol" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
     k8s_delete_share "$vol"
@@ -192,6 +199,7 @@ bench_leader() {
     "$controller_bin" --kubernetes --kubeconfig "$work/kubeconfig" --pod-template "$work/template.yaml" \
       --tls-dir "$work/tls/controller" --tls-server-name share-manager --replica-id "$id" >"$log" 2>&1 &
     local standby=$!
+    standbys+=("$standby")
     eventually 30 grep -q "following the leader" "$log" || {
       echo "leader: run $i: the standby never followed"
       kill -KILL "$standby"

@@ -396,6 +396,8 @@ int main(int argc, char** argv) {
     int sig = 0;
     if (!kubernetes->leadership->AwaitLeadership(stop_signals, &sig)) {
       spdlog::info("received signal {} before leading; stopping", sig);
+      // A Lease won meanwhile is released as the backends go, quietly.
+      kubernetes->leadership->Stopping();
       return 0;
     }
   }
@@ -527,7 +529,6 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  if (kubernetes) kubernetes->leadership->Stopping();
   reconciling = false;  // unready from here on: it stops
   spdlog::info("received signal {}; stopping ({})", sig,
                !kubernetes && (stop_pods_on_exit || ephemeral_pods) ? "pods are deleted"
@@ -537,8 +538,10 @@ int main(int argc, char** argv) {
   // and stops its monitor (its last notifications reach a stopped queue).
   controller.Stop();
   stop_runtime(false);
-  // Acting has ended: a follower may take over at once.
+  // Acting has ended: a follower may take over at once. A leadership lost
+  // while the workers drained was an exit 3; from here on it is logged.
   if (kubernetes) {
+    kubernetes->leadership->Stopping();
     kubernetes->StopEvents();
     kubernetes->leadership->Resign();
   }

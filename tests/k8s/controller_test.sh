@@ -224,8 +224,8 @@ check "and deletes its pod (deletionTimestamp)" eventually 30 bash -c \
 pod4=share-manager-$vol-e4
 check "a replacement under epoch 4 is RUNNING" eventually 180 serving_epoch 4
 echo "bench: share-manager SIGSTOP -> a replacement RUNNING: $(($(now_ms) - frozen_at)) ms"
-frozen_sm=
 check "the frozen pod is gone" eventually 60 pod_gone "$pod2"
+frozen_sm=
 check "its pod $pod4 turns Ready" eventually 30 k8s_ready "$pod4"
 sleep 5
 check "one replacement only: epoch 4 five seconds on" serving_epoch 4
@@ -273,7 +273,7 @@ check "its pod goes" eventually 90 pod_gone "$pod2"
 touch "$work/stop-writing"
 wait "$writer" 2>/dev/null
 writer=
-check "the client kept writing while the share was deleted ($(($(wc -l <"$work/tried") - tried_before)) tries after the delete)" \
+check "the client was writing as the share was deleted ($(($(wc -l <"$work/tried") - tried_before)) tries begun after the last before it)" \
   test "$(wc -l <"$work/tried")" -gt "$tried_before"
 check "then the share object goes" eventually 30 share_gone
 check "the device is released (no one holds $device)" device_unclaimed "$device"

@@ -165,11 +165,14 @@ leader_other_than() { # POD: someone else leads
 replica_pid() { pgrep -f -- "--replica-id=$1( |\$)" | head -n 1; } # POD: its share-controller's host pid
 controller_pods() { k get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].metadata.name}'; }
 share_pod_uids() { k get pods -l app.kubernetes.io/name=share-manager -o 'jsonpath={.items[*].metadata.uid}'; }
-acting() { k logs "$1" 2>/dev/null | grep -q 'controlling the ShareManagers'; } # POD: leads and reconciles
-leader_acting() {
+# POD [SINCE]: it leads and reconciles, by a line of its log since SINCE
+# (RFC 3339; kubectl serves a crashed container's log until it runs again).
+acting() { k logs "$1" ${2:+"--since-time=$2"} 2>/dev/null | grep -q 'controlling the ShareManagers'; }
+leader_acting() { # [SINCE]
   local pod
-  pod=$(leader) && [[ -n $pod ]] && acting "$pod"
+  pod=$(leader) && [[ -n $pod ]] && acting "$pod" "$@"
 }
+utc_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 exited_not_leader() { # POD: its container's last run ended with exit 3
   [[ $(k get pod "$1" -o 'jsonpath={.status.containerStatuses[0].lastState.terminated.exitCode}' 2>/dev/null) == 3 ]]
 }
@@ -207,21 +210,21 @@ lead1=$(leader)
 check "the Lease names $lead1, one of the two" grep -qw -- "$lead1" <<<"$(controller_pods)"
 pid1=$(replica_pid "$lead1")
 check "the leader's share-controller is a process on the node ($pid1)" test -n "$pid1"
-killed_at=$(now_ms)
+killed_at=$(now_ms) killed_utc=$(utc_now)
 kill -KILL "$pid1"
 check "SIGKILLed, the other replica leads" eventually 30 leader_other_than "$lead1"
 lead2=$(leader)
 echo "bench: share-controller leader SIGKILL -> the other replica holds the Lease: $(($(now_ms) - killed_at)) ms"
-check "and acts" eventually 30 acting "$lead2"
+check "and acts" eventually 30 acting "$lead2" "$killed_utc"
 check "the killed replica is back, standing by: both Ready" eventually 60 controller_ready
 check "no share-manager pod was replaced" test "$(share_pod_uids)" = "$uids_before"
 pid2=$(replica_pid "$lead2")
 check "the new leader's process is found ($pid2)" test -n "$pid2"
-since=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
+since=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ) stopped_utc=$(utc_now)
 frozen_pid=$pid2
 kill -STOP "$pid2"
 check "SIGSTOPped past its Lease, the other replica leads again" eventually 30 leader_other_than "$lead2"
-check "and acts" eventually 30 acting "$lead1"
+check "and acts" eventually 30 acting "$lead1" "$stopped_utc"
 kill -CONT "$pid2"
 frozen_pid=
 check "woken, the frozen leader exits 3 (not leader)" eventually 30 exited_not_leader "$lead2"
@@ -236,7 +239,11 @@ check "the shares stayed RUNNING under epoch 1" all_serving_epoch 1
 # kubelet restarts it. Once the apiserver is back, one replica leads again on
 # what it lists then, and no share-manager pod was replaced.
 api_pid=$(<"$SHAREMGR_K8S_DIR/pids/kube-apiserver")
-check "kube-apiserver's pid file names it" grep -q kube-apiserver "/proc/$api_pid/cmdline"
+if ! grep -q kube-apiserver "/proc/$api_pid/cmdline" 2>/dev/null; then
+  fail "kube-apiserver's pid file names it (pid $api_pid)"
+  finish
+fi
+pass "kube-apiserver's pid file names it"
 frozen_pid=$api_pid
 kill -STOP "$api_pid"
 sleep 10
@@ -245,8 +252,11 @@ check "NFS is served through $written's Service 10 s into the apiserver's outage
 sleep 5
 kill -CONT "$api_pid"
 frozen_pid=
+back_utc=$(utc_now)
 check "the apiserver answers again" eventually 30 k get --raw /readyz
-check "a replica leads again and acts" eventually 120 leader_acting
+check "the leader through the outage stopped acting when its Lease ran out (exit 3)" \
+  eventually 60 exited_not_leader "$lead1"
+check "a replica leads again and acts" eventually 120 leader_acting "$back_utc"
 check "no share-manager pod was replaced through the outage" test "$(share_pod_uids)" = "$uids_before"
 check "the shares are RUNNING under epoch 1" eventually 30 all_serving_epoch 1
 check "both replicas Ready after the outage" eventually 120 controller_ready

@@ -93,6 +93,12 @@ Duration Clamp(int64_t seconds, Duration low, Duration high) {
   return std::clamp<Duration>(Duration(capped * 1000), low, high);
 }
 
+// The keeper's deadlines are etcd's slices (TTL/6), too short for a request
+// that connects and shakes hands anew on a loaded node: each request here is
+// bounded by the client's timeout instead, and only WaitVacant's deadline
+// (when to read again) is kept. Ignoring them is safe: the keeper counts a
+// validity from the step's start and judges an answer that came after it
+// lost (etcd::LeaseValidity).
 class LeaseElectionBackend final : public ElectionBackend {
  public:
   LeaseElectionBackend(std::unique_ptr<kube::Client> client, LeaseElectionOptions options,
@@ -137,7 +143,6 @@ class LeaseElectionBackend final : public ElectionBackend {
   // `base` with our holder, duration and acquireTime (all rewritten, so a
   // hand-edited duration does not last) and renewTime now, PUT on its version.
   absl::Status Renew(json base);
-  absl::Status Left(TimePoint deadline, const char* what) const;
 
   const std::unique_ptr<kube::Client> client_;
   const LeaseElectionOptions options_;
@@ -187,19 +192,13 @@ std::string LeaseElectionBackend::Leader() const {
   return seen_->holder;
 }
 
-absl::Status LeaseElectionBackend::Left(TimePoint deadline, const char* what) const {
-  if (clock_.Now() < deadline) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat("no time left to ", what, " Lease ", path_));
-}
-
-absl::StatusOr<Campaign> LeaseElectionBackend::TryLead(int64_t ttl_seconds, TimePoint deadline) {
+absl::StatusOr<Campaign> LeaseElectionBackend::TryLead(int64_t ttl_seconds, TimePoint) {
   ttl_seconds_ = ttl_seconds;
   auto read = Read();
   if (!read.ok()) return read.status();
   const LeaseView view = ViewOf(*read);
   Observe(view, clock_.Now());
   if (!VacantAt(clock_.Now())) return Campaign{.won = false, .leader = Leader()};
-  if (auto s = Left(deadline, "take"); !s.ok()) return s;
 
   json lease =
       *read ? **read
@@ -252,7 +251,7 @@ absl::Status LeaseElectionBackend::Renew(json base) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint deadline) {
+absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint) {
   const etcd::LeaseRenewal ours{.ttl_seconds = ttl_seconds_};
   absl::Status renewed = Renew(held_);
   if (renewed.ok()) return ours;
@@ -263,7 +262,6 @@ absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint dea
   if (!absl::IsAborted(renewed)) return renewed;
   // The version moved: someone else wrote it, or our last renewal landed and
   // its answer was lost. The Lease itself says which.
-  if (auto s = Left(deadline, "re-read"); !s.ok()) return s;
   auto read = Read();
   if (!read.ok()) return read.status();
   const LeaseView view = ViewOf(*read);
@@ -274,12 +272,11 @@ absl::StatusOr<etcd::LeaseRenewal> LeaseElectionBackend::KeepAlive(TimePoint dea
         .key = etcd::LeaseRenewal::Key::kOther,
         .other = view.holder.empty() ? "nobody (released by another hand)" : view.holder};
   }
-  if (auto s = Left(deadline, "renew"); !s.ok()) return s;
   if (auto s = Renew(**read); !s.ok()) return s;
   return ours;
 }
 
-absl::Status LeaseElectionBackend::Resign(TimePoint deadline) {
+absl::Status LeaseElectionBackend::Resign(TimePoint) {
   if (acquired_at_.empty()) return absl::OkStatus();
   json base = held_;
   for (int attempt = 0;; ++attempt) {
@@ -295,7 +292,6 @@ absl::Status LeaseElectionBackend::Resign(TimePoint deadline) {
     }
     // The version moved: our last renewal's answer was lost, or it is not
     // ours any more (nothing to give up then).
-    if (auto s = Left(deadline, "release"); !s.ok()) return s;
     auto read = Read();
     if (!read.ok()) return read.status();
     if (!Ours(ViewOf(*read))) return absl::OkStatus();

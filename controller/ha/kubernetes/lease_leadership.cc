@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/fmt_absl.h"
@@ -53,9 +55,14 @@ absl::StatusOr<std::unique_ptr<LeaseLeadership>> LeaseLeadership::Create(
   // bounded by a renewal interval (TTL/3; the others' 10 s is for records):
   // every request connects and shakes hands anew, which on a loaded node
   // took longer than etcd's TTL/6 (the deploy test saw connects time out at
-  // 833 ms), and two tries still fit in the validity (TTL - TTL/5). A
-  // follower still reads the Lease every TTL/6 (LeaderElection's slices).
-  const base::Duration call_timeout = etcd::LeaseRenewInterval(options.leader.ttl);
+  // 833 ms). A renewal that hangs a whole interval leaves one more try
+  // before the validity (TTL - TTL/5) ends; reusing connections would leave
+  // more. A follower still reads the Lease every TTL/6 (LeaderElection's
+  // slices).
+  // At most 2 s, as etcd's: a long TTL must not make a stop outlast the
+  // pod's grace (a renewal and a release are up to three calls each).
+  const base::Duration call_timeout =
+      std::min(etcd::LeaseRenewInterval(options.leader.ttl), base::Duration(2000));
   auto client = kube::Client::Create(
       options.config,
       {.request_timeout = call_timeout,

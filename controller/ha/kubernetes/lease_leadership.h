@@ -62,9 +62,10 @@ class LeaseLeadership {
   absl::Status Health() const;
   const LeaseLeadershipOptions& options() const { return options_; }
 
-  // A clean stop has begun (a signal): leadership lost from here on is
-  // logged, not reported to `deposed` (the gate still refuses every write
-  // once it is not valid), so the stop goes on and ends 0.
+  // A clean stop is past acting (the workers stopped, or never started):
+  // leadership lost from here on is logged, not reported to `deposed`, so
+  // the stop goes on, releases the Lease and ends 0. The gate still refuses
+  // every write once the leadership is not valid.
   void Stopping();
   // Once acting has ended: every write refused from here on, and the Lease
   // released (if it was won) so a follower takes over within a second.

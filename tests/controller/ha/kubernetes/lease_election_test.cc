@@ -257,6 +257,15 @@ TEST_CASE("Lease election: hostile Leases cannot hurry or stall a takeover") {
     b.Run(seconds(2));
     CHECK(b.elected == 1);
   }
+  SUBCASE("leaseTransitions at int32's maximum wraps, not an invalid take") {
+    f.Write({{"holderIdentity", "ctl-x"},
+             {"leaseDurationSeconds", 1},
+             {"leaseTransitions", 2147483647}});
+    Replica b(f.ns.name(), "ctl-b");
+    b.Run(kTtl + seconds(1));
+    REQUIRE(b.elected == 1);
+    CHECK(f.Spec()["leaseTransitions"] == 0);
+  }
   SUBCASE("a Lease without a spec counts as released") {
     f.Write(json());
     Replica b(f.ns.name(), "ctl-b");
