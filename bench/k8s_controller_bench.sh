@@ -190,8 +190,6 @@ bench_load() {
   echo "  reconcile passes: $(awk -v d=$((p1 - p0)) 'BEGIN {printf "%.1f", d / 60}') /s, mean $(awk -v s0="$s0" -v s1="$s1" -v d=$((p1 - p0)) 'BEGIN {printf "%.2f", (s1 - s0) / d * 1000}') ms each"
 }
 
-lease_holder() { k get lease share-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
-
 bench_leader() {
   local i id log t0 now held acting holds=() acts=()
   for ((i = 1; i <= runs; i++)); do
@@ -217,7 +215,7 @@ bench_leader() {
     held='' acting=''
     while [[ -z $acting ]] && (($(now_ms) - t0 < 60000)); do
       now=$(now_ms)
-      [[ -z $held && $(lease_holder) == "$id" ]] && held=$((now - t0))
+      [[ -z $held && $(k8s_leader) == "$id" ]] && held=$((now - t0))
       grep -q "controlling the ShareManagers" "$log" && acting=$((now - t0))
       sleep 0.02
     done

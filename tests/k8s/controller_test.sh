@@ -175,10 +175,13 @@ check "the same data reads back through it" eventually 30 nfs_same "$svc" "$vol"
 # share-manager processes for the volume. kubelet resumes: it all converges.
 one_at_most_of_20() { awk '$1 > 1 {bad = 1} END {exit bad || NR < 20}' "$1"; } # FILE: >= 20 samples, none above 1
 sm_count() { pgrep -fc -- "share-manager daemon .*--volume=$vol( |\$)"; }
+sample_sm_count() { # FILE: sm_count every 200 ms into FILE, in the background ($sampler)
+  (while :; do sm_count; sleep 0.2; done) >"$1" 2>/dev/null &
+  sampler=$!
+}
 kubelet_pid=$(<"$SHAREMGR_K8S_DIR/pids/kubelet")
 check "kubelet's pid file names kubelet" grep -q kubelet "/proc/$kubelet_pid/cmdline"
-( while :; do sm_count; sleep 0.2; done ) >"$work/sm-samples" 2>/dev/null &
-sampler=$!
+sample_sm_count "$work/sm-samples"
 kubelet_frozen=$kubelet_pid
 kill -STOP "$kubelet_pid"
 k delete pod "$pod2" --wait=false >/dev/null
@@ -212,8 +215,7 @@ pod2=$pod3
 # epoch 4, never two share-managers for the volume.
 sm_pid=$(k8s_share_manager_pid "$pod2")
 check "the serving pod's share-manager is a process on the node ($sm_pid)" test -n "$sm_pid"
-( while :; do sm_count; sleep 0.2; done ) >"$work/sm-samples-frozen" 2>/dev/null &
-sampler=$!
+sample_sm_count "$work/sm-samples-frozen"
 frozen_sm=$sm_pid
 frozen_at=$(now_ms)
 kill -STOP "$sm_pid"

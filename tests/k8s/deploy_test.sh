@@ -151,15 +151,14 @@ payload=$work/payload
 head -c 3000 /dev/urandom >"$payload"
 check "NFS data is written through $written's Service ($svc)" eventually 30 nfs_write "$svc" "$written" a "$payload"
 check "and read back" nfs_same "$svc" "$written" a "$payload"
-scrape=$(k get --raw "/api/v1/namespaces/default/pods/$(k get lease share-controller -o 'jsonpath={.spec.holderIdentity}'):9700/proxy/metrics" 2>/dev/null)
+scrape=$(k get --raw "/api/v1/namespaces/default/pods/$(k8s_leader):9700/proxy/metrics" 2>/dev/null)
 check "the leading controller's /metrics counts the three shares RUNNING" \
   grep -q '^sharemgr_controller_shares{phase="RUNNING"} 3$' <<<"$scrape"
 
 # The two replicas: one leads (the Lease names it), the other stands by.
-leader() { k get lease share-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
 leader_other_than() { # POD: someone else leads
   local now
-  now=$(leader)
+  now=$(k8s_leader)
   [[ -n $now && $now != "$1" ]]
 }
 replica_pid() { pgrep -f -- "--replica-id=$1( |\$)" | head -n 1; } # POD: its share-controller's host pid
@@ -170,7 +169,7 @@ share_pod_uids() { k get pods -l app.kubernetes.io/name=share-manager -o 'jsonpa
 acting() { k logs "$1" ${2:+"--since-time=$2"} 2>/dev/null | grep -q 'controlling the ShareManagers'; }
 leader_acting() { # [SINCE]
   local pod
-  pod=$(leader) && [[ -n $pod ]] && acting "$pod" "$@"
+  pod=$(k8s_leader) && [[ -n $pod ]] && acting "$pod" "$@"
 }
 utc_now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 exited_not_leader() { # POD: its container's last run ended with exit 3
@@ -206,14 +205,14 @@ PY
 }
 uids_before=$(share_pod_uids)
 check "a replica leads and acts" eventually 30 leader_acting
-lead1=$(leader)
+lead1=$(k8s_leader)
 check "the Lease names $lead1, one of the two" grep -qw -- "$lead1" <<<"$(controller_pods)"
 pid1=$(replica_pid "$lead1")
 check "the leader's share-controller is a process on the node ($pid1)" test -n "$pid1"
 killed_at=$(now_ms) killed_utc=$(utc_now)
 kill -KILL "$pid1"
 check "SIGKILLed, the other replica leads" eventually 30 leader_other_than "$lead1"
-lead2=$(leader)
+lead2=$(k8s_leader)
 echo "bench: share-controller leader SIGKILL -> the other replica holds the Lease: $(($(now_ms) - killed_at)) ms"
 check "and acts" eventually 30 acting "$lead2" "$killed_utc"
 check "the killed replica is back, standing by: both Ready" eventually 60 controller_ready
@@ -295,7 +294,7 @@ check "some sample saw a share between pods (the sampler sees rollouts)" \
   grep -q '^1 ' "$work/samples"
 check "never two running share-manager containers for one volume" column_at_most 2 1 "$work/samples"
 check "the same data reads back through $written's Service" eventually 90 nfs_same "$svc" "$written" a "$payload"
-ctl2=$(leader)
+ctl2=$(k8s_leader)
 check "neither new replica was restarted (liveness held)" bash -c \
   "[[ \$(kubectl get pods -l app.kubernetes.io/name=share-controller -o 'jsonpath={.items[*].status.containerStatuses[0].restartCount}') == '0 0' ]]"
 if ((failures)); then

@@ -219,6 +219,9 @@ k8s_wait_ready() { eventually "${2:-90}" k8s_ready "$1"; }
 
 k8s_phase() { k get pod "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
 
+# Which share-controller replica leads: the holder of its Lease.
+k8s_leader() { k get lease share-controller -o 'jsonpath={.spec.holderIdentity}' 2>/dev/null; }
+
 k8s_delete_share() { # k8s_delete_share VOLUME: its pods, Service, claim and volume
   local vol=$1
   k delete pod -l "share-manager/volume=$vol" --wait=true --timeout=60s >/dev/null 2>&1

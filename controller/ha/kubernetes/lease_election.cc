@@ -41,6 +41,16 @@ int64_t IntAt(const json& object, const char* key) {
   const auto it = object.find(key);
   return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
+std::string VersionOf(const json& object) {
+  const auto metadata = object.is_object() ? object.find("metadata") : object.end();
+  return metadata != object.end() ? StringAt(*metadata, "resourceVersion") : "";
+}
+// The spec of a Lease about to be written, made an object if it was not.
+json& WritableSpec(json& lease) {
+  json& spec = lease["spec"];
+  if (!spec.is_object()) spec = json::object();
+  return spec;
+}
 const json& SpecOf(const json& lease) {
   static const json kNone = json::object();
   const auto it = lease.find("spec");
@@ -59,9 +69,8 @@ struct LeaseView {
 LeaseView ViewOf(const std::optional<json>& lease) {
   if (!lease) return {};
   const json& spec = SpecOf(*lease);
-  const auto metadata = lease->find("metadata");
   return {.exists = true,
-          .version = metadata != lease->end() ? StringAt(*metadata, "resourceVersion") : "",
+          .version = VersionOf(*lease),
           .holder = StringAt(spec, "holderIdentity"),
           .acquire_time = StringAt(spec, "acquireTime"),
           .duration_seconds = IntAt(spec, "leaseDurationSeconds"),
@@ -79,8 +88,7 @@ int64_t NextTransition(int64_t transitions) {
 // answer without a resourceVersion would make the next PUT unconditional.
 absl::StatusOr<json> Written(absl::StatusOr<json> answer, const std::string& what) {
   if (!answer.ok()) return answer;
-  const auto metadata = answer->is_object() ? answer->find("metadata") : answer->end();
-  if (metadata == answer->end() || StringAt(*metadata, "resourceVersion").empty()) {
+  if (VersionOf(*answer).empty()) {
     return absl::UnavailableError(
         absl::StrCat(what, ": the answer is not a Lease with a resourceVersion"));
   }
@@ -239,8 +247,7 @@ absl::StatusOr<bool> LeaseElectionBackend::WaitVacant(TimePoint deadline) {
 }
 
 absl::Status LeaseElectionBackend::Renew(json base) {
-  json& spec = base["spec"];
-  if (!spec.is_object()) spec = json::object();
+  json& spec = WritableSpec(base);
   spec["holderIdentity"] = options_.id;
   spec["leaseDurationSeconds"] = ttl_seconds_;
   spec["acquireTime"] = acquired_at_;
@@ -280,8 +287,7 @@ absl::Status LeaseElectionBackend::Resign(TimePoint) {
   if (acquired_at_.empty()) return absl::OkStatus();
   json base = held_;
   for (int attempt = 0;; ++attempt) {
-    json& spec = base["spec"];
-    if (!spec.is_object()) spec = json::object();
+    json& spec = WritableSpec(base);
     // As client-go releases: no holder, a one-second duration.
     spec.erase("holderIdentity");
     spec["leaseDurationSeconds"] = 1;
